@@ -1,0 +1,75 @@
+"""The relay core: configuration, cue sets, prompt rendering, endpoints and the switcher.
+
+It knows nothing of LangChain, LlamaIndex or HTTP servers; the adapters translate to and
+from the types exported here.
+"""
+
+from .artifact import CueArtifact, ModelIdentity, ModelPair, builtin_artifact_names, load_artifact
+from .config import (
+    EndpointConfig,
+    ModelRole,
+    ReasoningMarkers,
+    RelayConfig,
+    SamplingConfig,
+    SwitchPolicy,
+)
+from .cues import CueMatch, CueSet
+from .errors import CueArtifactError, EndpointError, RelayError, RenderError
+from .reasoning import PromptReasoning, split_reasoning
+from .rendering import (
+    ChatInput,
+    JinjaChatTemplate,
+    PromptRenderer,
+    RenderedPrompt,
+    ServerChatTemplate,
+)
+from .result import (
+    ModelUsage,
+    RelayDone,
+    RelayEvent,
+    RelayResult,
+    RelayStats,
+    Segment,
+    SegmentDone,
+    TextDelta,
+)
+from .sentences import find_sentence_end, is_sentence_end
+from .switcher import RelaySwitcher
+
+__all__ = [
+    "ChatInput",
+    "CueArtifact",
+    "CueArtifactError",
+    "CueMatch",
+    "CueSet",
+    "EndpointConfig",
+    "EndpointError",
+    "JinjaChatTemplate",
+    "ModelIdentity",
+    "ModelPair",
+    "ModelRole",
+    "ModelUsage",
+    "PromptReasoning",
+    "PromptRenderer",
+    "ReasoningMarkers",
+    "RelayConfig",
+    "RelayDone",
+    "RelayError",
+    "RelayEvent",
+    "RelayResult",
+    "RelayStats",
+    "RelaySwitcher",
+    "RenderError",
+    "RenderedPrompt",
+    "SamplingConfig",
+    "Segment",
+    "SegmentDone",
+    "ServerChatTemplate",
+    "SwitchPolicy",
+    "TextDelta",
+    "builtin_artifact_names",
+    "find_sentence_end",
+    "is_sentence_end",
+    "load_artifact",
+    "split_reasoning",
+]

@@ -1,0 +1,171 @@
+"""Configuration of a relay: the two endpoints, sampling, the switching policy and the cue set.
+
+Every object is a pydantic model, so a configuration can be written in Python, loaded from
+JSON, or read from environment variables::
+
+    from relay_integrations.core import EndpointConfig, RelayConfig
+
+    config = RelayConfig(
+        large=EndpointConfig(base_url="http://gpu-a:8000/v1", model="Qwen/Qwen3-32B"),
+        small=EndpointConfig(base_url="http://gpu-b:8000/v1", model="Qwen/Qwen3-1.7B"),
+        cues="builtin:qwen3-32b--qwen3-1.7b",
+    )
+    config = RelayConfig.from_env()  # RELAY_LARGE__BASE_URL, RELAY_SMALL__MODEL, RELAY_CUES, ...
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+ModelRole = Literal["large", "small"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EndpointConfig(_Frozen):
+    """One vLLM OpenAI-compatible server and the model it serves."""
+
+    base_url: str = Field(description="OpenAI base URL of the server, e.g. http://host:8000/v1")
+    model: str = Field(description="Served model name (vLLM --served-model-name)")
+    api_key: SecretStr | None = Field(default=None, description="Bearer key, if the server has one")
+    connect_timeout: float = Field(default=10.0, gt=0, description="Seconds to open a connection")
+    read_timeout: float = Field(
+        default=600.0,
+        gt=0,
+        description="Seconds to wait for the next streamed chunk; a long reasoning trace is many "
+        "chunks, so this bounds a stall, not a whole generation",
+    )
+    max_retries: int = Field(
+        default=3, ge=0, description="Retries of a request that failed before its first token"
+    )
+    max_concurrency: int = Field(
+        default=64, ge=1, description="Requests in flight to this endpoint at once"
+    )
+    extra_headers: dict[str, str] = Field(default_factory=dict)
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="Extra vLLM request fields sent with every request"
+    )
+
+    @property
+    def server_root(self) -> str:
+        """The server URL without the `/v1` suffix (where vLLM serves /tokenize)."""
+        root = self.base_url.rstrip("/")
+        return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+class SamplingConfig(_Frozen):
+    """Sampling shared by both models. Defaults are the RelayGen paper's."""
+
+    temperature: float = Field(default=0.6, ge=0)
+    top_p: float = Field(default=0.95, gt=0, le=1)
+    top_k: int | None = Field(default=20, description="None leaves the server's default")
+    seed: int | None = None
+    max_tokens: int = Field(
+        default=32768, ge=1, description="One budget for reasoning plus answer, over all segments"
+    )
+
+
+class SwitchPolicy(_Frozen):
+    """When control passes between the models, and what happens when something goes wrong."""
+
+    cooldown_tokens: int = Field(
+        default=5,
+        ge=0,
+        description="Tokens the large model writes after taking control before a cue may fire "
+        "(the authors' code uses min_tokens=5 to stop 'So'-loops)",
+    )
+    max_small_tokens: int = Field(
+        default=128, ge=1, description="Most tokens one small segment may write"
+    )
+    answer_model: ModelRole = Field(
+        default="small", description="Who writes the answer after the end of reasoning"
+    )
+    no_reasoning_model: ModelRole = Field(
+        default="large",
+        description="Who writes the reply when the prompt has no reasoning stage "
+        "(e.g. enable_thinking=false)",
+    )
+    small_may_end_reasoning: bool = Field(
+        default=False,
+        description="Let the small model end the reasoning; otherwise its end-of-reasoning "
+        "marker is dropped and the large model resumes",
+    )
+    on_small_failure: Literal["use_large", "raise"] = Field(
+        default="use_large",
+        description="When the small endpoint fails: the large model writes the rest, or raise",
+    )
+    max_resumes: int = Field(
+        default=2, ge=0, description="Resumptions of a segment whose stream broke mid-way"
+    )
+
+
+class ReasoningMarkers(_Frozen):
+    """The text that opens and closes the reasoning (Qwen3 and DeepSeek-R1 share it)."""
+
+    start: str = "<think>"
+    end: str = "</think>"
+
+
+class RelayConfig(_Frozen):
+    """Everything a :class:`~relay_integrations.core.switcher.RelaySwitcher` needs."""
+
+    large: EndpointConfig
+    small: EndpointConfig
+    cues: str | list[str] = Field(
+        default="builtin:qwen3-32b--qwen3-1.7b",
+        description="A calibration artifact path, 'builtin:NAME', or an inline list of cues",
+    )
+    allow_model_mismatch: bool = Field(
+        default=False,
+        description="Load a cue artifact even if it was calibrated for another model pair",
+    )
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    policy: SwitchPolicy = Field(default_factory=SwitchPolicy)
+    markers: ReasoningMarkers = Field(default_factory=ReasoningMarkers)
+    session_header: str = Field(
+        default="x-session-id",
+        description="Header carrying the generation id on every upstream request, so that a "
+        "prefix-cache-aware router keeps one generation on one replica",
+    )
+
+    @classmethod
+    def from_env(
+        cls, prefix: str = "RELAY_", environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> RelayConfig:
+        """Read the configuration from environment variables.
+
+        Nested fields use a double underscore: ``RELAY_LARGE__BASE_URL``,
+        ``RELAY_SMALL__MODEL``, ``RELAY_SAMPLING__MAX_TOKENS``, ``RELAY_POLICY__ANSWER_MODEL``.
+        Values that are lists or dicts are JSON (``RELAY_LARGE__EXTRA_HEADERS='{"a": "b"}'``);
+        ``RELAY_CUES`` may also be a JSON list of cues. Keyword overrides win over the
+        environment.
+        """
+        env = os.environ if environ is None else environ
+        data: dict[str, Any] = {}
+        for key, raw in env.items():
+            if not key.startswith(prefix):
+                continue
+            path = key[len(prefix) :].lower().split("__")
+            if path[0] not in cls.model_fields:
+                continue  # RELAY_* variables of other tools are not ours
+            target = data
+            for part in path[:-1]:
+                target = target.setdefault(part, {})
+            target[path[-1]] = _parse_env_value(raw)
+        for key, value in overrides.items():
+            data[key] = value
+        return cls.model_validate(data)
+
+
+def _parse_env_value(raw: str) -> Any:
+    stripped = raw.strip()
+    if stripped[:1] in ("[", "{"):
+        return json.loads(stripped)
+    return raw

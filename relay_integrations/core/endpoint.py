@@ -1,0 +1,259 @@
+"""One upstream vLLM server: a reused ``openai.AsyncOpenAI`` client, retries, concurrency.
+
+Requests that fail before their first token (refused connection, 408/409/429, 5xx) are retried
+with exponential backoff, honouring ``Retry-After``. A stream that breaks after it has produced
+text raises :class:`StreamInterrupted` carrying that text, so the caller can resume instead of
+starting over. Closing the iterator (or cancelling its task) closes the HTTP response, and vLLM
+aborts the request::
+
+    endpoint = Endpoint(EndpointConfig(base_url="http://127.0.0.1:8000/v1", model="qwen3"))
+    async for piece in endpoint.stream_completion(CompletionRequest(prompt="Hi", max_tokens=8)):
+        print(piece.text, end="")
+    await endpoint.aclose()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+from pydantic import BaseModel
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
+from .config import EndpointConfig, ModelRole
+from .errors import RelayError
+
+RETRYABLE_STATUS = frozenset({408, 409, 429})
+MAX_RETRY_AFTER = 60.0
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """One ``/v1/completions`` request. vLLM-only fields travel in ``extra_body``."""
+
+    prompt: str
+    max_tokens: int
+    stop: tuple[str, ...] = ()
+    min_tokens: int = 0
+    temperature: float = 0.6
+    top_p: float = 1.0
+    top_k: int | None = None
+    seed: int | None = None
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StreamPiece:
+    """A piece of a streamed completion; the last one carries finish reason and usage."""
+
+    text: str = ""
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class StreamInterrupted(RelayError):
+    """A stream broke after producing text; ``text`` is what arrived before the break."""
+
+    def __init__(self, role: ModelRole, text: str, cause: BaseException) -> None:
+        super().__init__(f"{role} stream broke after {len(text)} characters: {cause!r}")
+        self.role = role
+        self.text = text
+        self.cause = cause
+
+
+class UpstreamFailure(RelayError):
+    """A request failed before its first token: after all retries, or with a final error."""
+
+    def __init__(self, role: ModelRole, cause: BaseException) -> None:
+        super().__init__(f"{role} endpoint failed: {cause}")
+        self.role = role
+        self.cause = cause
+
+
+class ModelInfo(BaseModel):
+    """What ``GET /v1/models`` says about the served model."""
+
+    id: str
+    root: str | None = None
+    max_model_len: int | None = None
+
+
+class Endpoint:
+    """A vLLM OpenAI-compatible server serving one model, shared by all generations."""
+
+    def __init__(self, config: EndpointConfig, role: ModelRole) -> None:
+        self.config = config
+        self.role: ModelRole = role
+        self._client = openai.AsyncOpenAI(
+            base_url=config.base_url,
+            api_key=config.api_key.get_secret_value() if config.api_key else "EMPTY",
+            timeout=openai.Timeout(config.read_timeout, connect=config.connect_timeout),
+            max_retries=0,  # retries are ours: only before the first token, see _retrying
+            default_headers=config.extra_headers,
+        )
+        self._slots = asyncio.Semaphore(config.max_concurrency)
+        self._model_info: ModelInfo | None = None
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def model_info(self) -> ModelInfo:
+        """The served model's record from ``/v1/models`` (fetched once, then cached)."""
+        if self._model_info is None:
+            async for attempt in self._retrying():
+                with attempt:
+                    page = await self._client.models.list()
+            for model in page.data:
+                if model.id == self.config.model:
+                    extra = model.model_extra or {}
+                    self._model_info = ModelInfo(
+                        id=model.id,
+                        root=extra.get("root"),
+                        max_model_len=extra.get("max_model_len"),
+                    )
+                    break
+            else:
+                served = [m.id for m in page.data]
+                raise RelayError(
+                    f"{self.role} endpoint {self.config.base_url} does not serve model "
+                    f"{self.config.model!r}; it serves {served}"
+                )
+        return self._model_info
+
+    async def post_json(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST to a path at the server root (``/tokenize``, ``/detokenize``), with retries."""
+        url = self.config.server_root + path
+        async for attempt in self._retrying():
+            with attempt:
+                async with self._slots:
+                    data = await self._client.post(url, body=dict(body), cast_to=object)
+        if not isinstance(data, dict):
+            raise RelayError(f"{self.role} endpoint {url} answered {type(data).__name__}, not JSON")
+        return data
+
+    async def stream_completion(self, request: CompletionRequest) -> AsyncIterator[StreamPiece]:
+        """Stream one completion. Retries until the first piece; see the module docstring."""
+        async with self._slots:
+            stream, chunks, chunk = await self._open_until_first_chunk(request)
+            async with stream:
+                received = ""
+                try:
+                    while chunk is not None:
+                        piece = _piece(chunk)
+                        received += piece.text
+                        yield piece
+                        chunk = await anext(chunks, None)
+                except (asyncio.CancelledError, GeneratorExit):
+                    raise
+                except Exception as exc:  # httpx/httpx2 transport errors differ by openai version
+                    raise StreamInterrupted(self.role, received, exc) from exc
+
+    async def _open_until_first_chunk(
+        self, request: CompletionRequest
+    ) -> tuple[openai.AsyncStream[Any], AsyncIterator[Any], Any]:
+        try:
+            async for attempt in self._retrying():
+                with attempt:
+                    stream = await self._open(request)
+                    chunks = aiter(stream)
+                    try:
+                        return stream, chunks, await anext(chunks, None)
+                    except BaseException:
+                        await stream.close()
+                        raise
+        except openai.APIError as final:  # not retryable, e.g. 400 for a too long prompt
+            raise UpstreamFailure(self.role, final) from final
+        raise AssertionError("unreachable: tenacity either returns or raises")
+
+    async def _open(self, request: CompletionRequest) -> openai.AsyncStream[Any]:
+        extra_body: dict[str, Any] = {
+            **self.config.extra_body,
+            "include_stop_str_in_output": True,
+            "add_special_tokens": False,  # the rendered prompt has BOS if the model wants one
+            **request.extra_body,
+        }
+        if request.top_k is not None:
+            extra_body["top_k"] = request.top_k
+        if request.min_tokens:
+            extra_body["min_tokens"] = request.min_tokens
+        return await self._client.completions.create(
+            model=self.config.model,
+            prompt=request.prompt,
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            seed=request.seed,
+            stop=list(request.stop) or None,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=extra_body,
+            extra_headers=dict(request.headers),
+        )
+
+    def _retrying(self) -> AsyncRetrying:
+        return AsyncRetrying(
+            retry=retry_if_exception(_is_retryable),
+            stop=stop_after_attempt(self.config.max_retries + 1),
+            wait=_wait_retry_after,
+            retry_error_callback=self._give_up,
+        )
+
+    def _give_up(self, state: RetryCallState) -> None:
+        assert state.outcome is not None
+        cause = state.outcome.exception()
+        assert cause is not None
+        raise UpstreamFailure(self.role, cause) from cause
+
+
+def _piece(chunk: Any) -> StreamPiece:
+    text, finish, stop_reason = "", None, None
+    if chunk.choices:
+        choice = chunk.choices[0]
+        text = choice.text or ""
+        finish = choice.finish_reason
+        stop_reason = (choice.model_extra or {}).get("stop_reason")
+    usage = chunk.usage
+    if usage is None:
+        return StreamPiece(text, finish, stop_reason)
+    details = usage.prompt_tokens_details
+    return StreamPiece(
+        text,
+        finish,
+        stop_reason,
+        prompt_tokens=usage.prompt_tokens,
+        cached_tokens=(details.cached_tokens or 0) if details else 0,
+        completion_tokens=usage.completion_tokens,
+    )
+
+
+def _is_retryable(exc: BaseException) -> bool:
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500
+    return isinstance(exc, openai.APIConnectionError)
+
+
+def _wait_retry_after(state: RetryCallState) -> float:
+    """``Retry-After`` when the server sent one, else 0.5 s, 1 s, 2 s, ... (max 8 s)."""
+    exc = state.outcome.exception() if state.outcome else None
+    if isinstance(exc, openai.APIStatusError):
+        header = exc.response.headers.get("retry-after")
+        if header:
+            return min(_parse_retry_after(header), MAX_RETRY_AFTER)
+    return float(min(0.5 * 2 ** (state.attempt_number - 1), 8.0))
+
+
+def _parse_retry_after(value: str) -> float:
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value)
+        return max(parsed.timestamp() - time.time(), 0.0)

@@ -1,0 +1,255 @@
+"""The state of one relay generation, and the turns in which one model writes.
+
+A turn is what the method calls a segment: one model writing until something hands control
+on. It may take several requests (a false sentence end, a stream that broke and resumed), but
+every request's prompt is the model's rendered prefix plus the transcript so far, so the
+server's prefix cache prefills only what that model has not seen.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .config import ModelRole, RelayConfig, SamplingConfig
+from .endpoint import CompletionRequest, Endpoint, StreamInterrupted, UpstreamFailure
+from .reasoning import PromptReasoning, Releaser, split_reasoning, starts_with
+from .rendering import RenderedPrompt
+from .result import (
+    FinishReason,
+    ModelUsage,
+    Phase,
+    RelayResult,
+    RelayStats,
+    Segment,
+    SegmentEnd,
+    TextDelta,
+)
+
+CONTEXT_MARGIN = 16
+"""Tokens kept free below the context window: text re-tokenized across models may grow."""
+
+RequestHook = Callable[[ModelRole, Phase, str], Mapping[str, Any]]
+"""Extra request fields per request, from (model, phase, transcript so far)."""
+
+
+@dataclass(frozen=True)
+class RequestEnd:
+    """How one request ended, as the turn's decision function sees it."""
+
+    finish_reason: str | None
+    stop_reason: str | int | None
+    turn_tokens: int
+
+
+Decide = Callable[[RequestEnd], SegmentEnd | None]
+"""Decides, after each request of a turn, how the turn ended (None: write on)."""
+
+
+class Generation:
+    """Mutable state of one generation: transcript, phase, usage, timing."""
+
+    def __init__(
+        self,
+        *,
+        generation_id: str,
+        config: RelayConfig,
+        endpoints: Mapping[ModelRole, Endpoint],
+        prompts: Mapping[ModelRole, RenderedPrompt],
+        context_windows: Mapping[ModelRole, int | None],
+        sampling: SamplingConfig,
+        request_hook: RequestHook | None = None,
+    ) -> None:
+        self.id = generation_id
+        self.config = config
+        self.endpoints = endpoints
+        self.prompts = prompts
+        self.context_windows = context_windows
+        self.sampling = sampling
+        self.request_hook = request_hook
+        self.mode = PromptReasoning.of(prompts["large"].text, config.markers)
+        self.transcript = ""
+        self.phase: Phase = "answer" if self.mode is PromptReasoning.CLOSED else "reasoning"
+        self.small_available = True
+        self.cue: str | None = None  # the cue that ended the last large turn, set by its decide
+        self.segments: list[Segment] = []
+        self.usage = {"large": ModelUsage(), "small": ModelUsage()}
+        self.seconds = {"large": 0.0, "small": 0.0}
+        self.started = time.perf_counter()
+        self.first_token_at: float | None = None
+        self._releaser = self._new_releaser()
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(u.completion_tokens for u in self.usage.values())
+
+    def room(self, role: ModelRole) -> int:
+        """Tokens `role` may still write: the budget, and its context window."""
+        room = self.sampling.max_tokens - self.generated_tokens
+        window, prompt_tokens = self.context_windows[role], self.prompts[role].token_count
+        if window is not None and prompt_tokens is not None:
+            room = min(room, window - prompt_tokens - self.generated_tokens - CONTEXT_MARGIN)
+        return room
+
+    def end_reasoning(self) -> None:
+        """The reasoning ended at the end of the transcript: the answer phase starts."""
+        self.phase = "answer"
+        self._releaser = self._new_releaser()
+
+    def truncate(self, length: int) -> None:
+        """Cut the transcript at a hand-off point (only ever text not yet released)."""
+        self.transcript = self.transcript[:length]
+
+    async def turn(
+        self,
+        role: ModelRole,
+        *,
+        decide: Decide,
+        stops: Callable[[], Sequence[str]],
+        cap: int | None = None,
+        min_tokens: int = 0,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[TextDelta]:
+        """Let `role` write until `decide` ends the turn; yields visible text as it arrives.
+
+        The finished segment is appended to ``self.segments``. Raises
+        :class:`UpstreamFailure` when the endpoint fails beyond its retries and resumes.
+        """
+        endpoint, phase = self.endpoints[role], self.phase
+        start, began = len(self.transcript), time.perf_counter()
+        usage, turn_tokens, resumes = ModelUsage(), 0, 0
+        ended: SegmentEnd | None = None
+        try:
+            while ended is None:
+                allowance = min(self.room(role), cap - turn_tokens if cap else self.room(role))
+                if allowance <= 0:
+                    ended = "segment_cap" if cap and turn_tokens >= cap else "length"
+                    break
+                request = self._request(
+                    role, allowance, stops(), min_tokens - turn_tokens, extra_body
+                )
+                finish: tuple[str | None, str | int | None] = (None, None)
+                pieces = 0
+                try:
+                    async for piece in endpoint.stream_completion(request):
+                        if piece.text:
+                            pieces += 1
+                            self.transcript += piece.text
+                            for delta in self._release(role):
+                                yield delta
+                        if piece.finish_reason is not None:
+                            finish = (piece.finish_reason, piece.stop_reason)
+                        if piece.completion_tokens is not None:
+                            usage.add(
+                                piece.prompt_tokens or 0,
+                                piece.cached_tokens or 0,
+                                piece.completion_tokens,
+                            )
+                            self.usage[role].add(
+                                piece.prompt_tokens or 0,
+                                piece.cached_tokens or 0,
+                                piece.completion_tokens,
+                            )
+                            turn_tokens += piece.completion_tokens
+                except StreamInterrupted as broken:
+                    # The text that arrived stays; count its pieces as tokens, then resume.
+                    usage.add(0, 0, pieces)
+                    self.usage[role].add(0, 0, pieces)
+                    turn_tokens += pieces
+                    resumes += 1
+                    if resumes > self.config.policy.max_resumes:
+                        raise UpstreamFailure(role, broken.cause) from broken
+                    continue
+                ended = decide(RequestEnd(finish[0], finish[1], turn_tokens))
+        finally:
+            self.seconds[role] += time.perf_counter() - began
+            self.segments.append(
+                Segment(
+                    model=role,
+                    phase=phase,
+                    text=self.transcript[start:],
+                    ended_by=ended or "failed",
+                    cue=self.cue if ended == "cue" else None,
+                    usage=usage,
+                    seconds=time.perf_counter() - began,
+                )
+            )
+
+    def flush(self, role: ModelRole) -> list[TextDelta]:
+        """Release what was held back at the end of a phase or of the generation."""
+        text = self._releaser.release(self.transcript, final=True)
+        return [TextDelta(text, role, self.phase)] if text else []
+
+    def result(self, finish_reason: FinishReason) -> RelayResult:
+        reasoning, answer = split_reasoning(self.transcript, self.config.markers, self.mode)
+        generated = self.generated_tokens
+        return RelayResult(
+            generation_id=self.id,
+            text=self.transcript,
+            reasoning=reasoning,
+            answer=answer,
+            finish_reason=finish_reason,
+            segments=list(self.segments),
+            usage={role: usage.model_copy() for role, usage in self.usage.items()},
+            stats=RelayStats(
+                large_share=self.usage["large"].completion_tokens / generated if generated else 0.0,
+                switches=sum(
+                    1 for s in self.segments if s.model == "small" and s.phase == "reasoning"
+                ),
+                seconds=dict(self.seconds),
+                total_seconds=time.perf_counter() - self.started,
+                time_to_first_token=self.first_token_at,
+            ),
+        )
+
+    def _request(
+        self,
+        role: ModelRole,
+        max_tokens: int,
+        stops: Sequence[str],
+        min_tokens: int,
+        extra_body: Mapping[str, Any] | None,
+    ) -> CompletionRequest:
+        body = dict(extra_body or {})
+        if self.request_hook is not None:
+            body.update(self.request_hook(role, self.phase, self.transcript))
+        return CompletionRequest(
+            prompt=self.prompts[role].text + self.transcript,
+            max_tokens=max_tokens,
+            stop=tuple(stops),
+            min_tokens=max(min(min_tokens, max_tokens), 0),
+            temperature=self.sampling.temperature,
+            top_p=self.sampling.top_p,
+            top_k=self.sampling.top_k,
+            seed=self.sampling.seed,
+            extra_body=body,
+            headers={self.config.session_header: self.id},
+        )
+
+    def _release(self, role: ModelRole) -> list[TextDelta]:
+        if (
+            self.phase == "reasoning"
+            and self.mode is PromptReasoning.MODEL_OPENS
+            and not self._releaser.started
+        ):
+            opened = starts_with(self.transcript, self.config.markers.start)
+            if opened is None:
+                return []
+            if not opened:  # the model answered without reasoning
+                self.phase = "answer"
+                self._releaser = self._new_releaser()
+        text = self._releaser.release(self.transcript)
+        if not text:
+            return []
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter() - self.started
+        return [TextDelta(text, role, self.phase)]
+
+    def _new_releaser(self) -> Releaser:
+        markers = self.config.markers
+        if self.phase == "answer":
+            return Releaser(len(self.transcript))
+        opener = markers.start if self.mode is PromptReasoning.MODEL_OPENS else None
+        return Releaser(len(self.transcript), opener=opener, closer=markers.end)

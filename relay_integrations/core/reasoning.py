@@ -1,0 +1,108 @@
+"""Where the reasoning is in a generated text, and what of it may be shown yet.
+
+The prompt decides how a generation starts: an R1-style template opens the reasoning in the
+prompt, a Qwen3 template lets the model write the opener itself, and a template with thinking
+disabled closes it in the prompt. :class:`Releaser` turns a growing transcript into visible
+text, holding back what is not certain yet (a half-written marker, trailing whitespace that a
+hand-off may trim), so streamed deltas never have to be taken back.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from .config import ReasoningMarkers
+
+
+class PromptReasoning(Enum):
+    OPEN = "open"  # the prompt ends inside an opened reasoning block (DeepSeek-R1 templates)
+    MODEL_OPENS = "model_opens"  # the model writes the opener itself (Qwen3)
+    CLOSED = "closed"  # the prompt already closed the reasoning (thinking disabled)
+
+    @classmethod
+    def of(cls, prompt: str, markers: ReasoningMarkers) -> PromptReasoning:
+        tail = prompt.rstrip()
+        if tail.endswith(markers.start):
+            return cls.OPEN
+        if tail.endswith(markers.end):
+            return cls.CLOSED
+        return cls.MODEL_OPENS
+
+
+def split_reasoning(text: str, markers: ReasoningMarkers, mode: PromptReasoning) -> tuple[str, str]:
+    """(reasoning, answer) of a finished generation, markers and surrounding space removed."""
+    if mode is PromptReasoning.CLOSED:
+        return "", text.strip()
+    body = text.lstrip()
+    if mode is PromptReasoning.MODEL_OPENS:
+        if not body.startswith(markers.start):
+            return "", text.strip()
+        body = body[len(markers.start) :]
+    reasoning, found, answer = body.partition(markers.end)
+    return reasoning.strip(), answer.strip() if found else ""
+
+
+class Releaser:
+    """Releases the visible text of one phase from a transcript that grows at its end.
+
+    ``opener`` is skipped if the phase starts with it; ``closer`` ends the phase and is never
+    released. Leading whitespace of the phase is not released; trailing whitespace and a
+    possible half-written closer are held back until more text (or ``final``) decides.
+    """
+
+    def __init__(self, start: int, opener: str | None = None, closer: str | None = None) -> None:
+        self.pos = start
+        self.opener = opener
+        self.closer = closer
+        self.started = False
+        self.closed_at: int | None = None
+
+    def release(self, transcript: str, final: bool = False) -> str:
+        self.pos = min(self.pos, len(transcript))
+        if not self.started and not self._skip_lead(transcript, final):
+            return ""
+        end = len(transcript)
+        if self.closer is not None:
+            found = transcript.find(self.closer, max(self.pos - len(self.closer), 0))
+            if found != -1 and found >= self.pos:
+                self.closed_at = found
+                end = found
+                final = True
+            elif not final:
+                end -= _partial_suffix(transcript, self.closer)
+        chunk = transcript[self.pos : end]
+        if not final:
+            chunk = chunk.rstrip()
+        self.pos += len(chunk)
+        return chunk
+
+    def _skip_lead(self, transcript: str, final: bool) -> bool:
+        rest = transcript[self.pos :]
+        lead = rest.lstrip()
+        if not final and (not lead or (self.opener and self.opener.startswith(lead))):
+            return False  # nothing visible yet, or it could still become the opener
+        skip = len(rest) - len(lead)
+        if self.opener and lead.startswith(self.opener):
+            after = lead[len(self.opener) :]
+            skip += len(self.opener) + len(after) - len(after.lstrip())
+            if not after.strip() and not final:
+                return False  # opener seen; wait for its first visible character
+        self.pos += skip
+        self.started = True
+        return True
+
+
+def starts_with(text: str, opener: str) -> bool | None:
+    """Whether `text` (leading whitespace ignored) starts with `opener`; None if undecided."""
+    lead = text.lstrip()
+    if opener.startswith(lead):
+        return None
+    return lead.startswith(opener)
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of `marker`."""
+    for size in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-size:]):
+            return size
+    return 0

@@ -1,0 +1,107 @@
+"""Turning chat messages into the exact prompt text a model sees, once per generation.
+
+By default the server renders its own chat template: ``POST /tokenize`` with the messages
+(and tools, and ``chat_template_kwargs`` such as ``enable_thinking``), then ``POST
+/detokenize`` of the ids. The text is the prefix of every segment's ``/v1/completions``
+prompt, so the server's prefix cache only ever prefills what a model has not seen yet.
+
+Servers without ``/tokenize`` take a :class:`JinjaChatTemplate` (needs the ``jinja`` extra)::
+
+    renderer = JinjaChatTemplate(
+        "{% for m in messages %}<|im_start|>{{ m.role }}\\n{{ m.content }}<|im_end|>\\n"
+        "{% endfor %}<|im_start|>assistant\\n"
+    )
+    switcher = RelaySwitcher(config, renderer=renderer)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import openai
+
+from .endpoint import Endpoint
+from .errors import RenderError
+
+Message = dict[str, Any]
+"""A chat message in the OpenAI format (``role``, ``content``, ``tool_calls``, ...)."""
+
+
+@dataclass(frozen=True)
+class ChatInput:
+    """What a generation is asked: messages, tools and chat-template arguments."""
+
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None = None
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    text: str
+    token_count: int | None = None
+
+
+class PromptRenderer(Protocol):
+    """Renders a chat into the prompt text of one endpoint's model."""
+
+    async def render(self, endpoint: Endpoint, chat: ChatInput) -> RenderedPrompt: ...
+
+
+class ServerChatTemplate:
+    """Renders through the server's own chat template (vLLM ``/tokenize`` + ``/detokenize``)."""
+
+    async def render(self, endpoint: Endpoint, chat: ChatInput) -> RenderedPrompt:
+        body: dict[str, Any] = {
+            "model": endpoint.config.model,
+            "messages": chat.messages,
+            "add_generation_prompt": True,
+        }
+        if chat.tools:
+            body["tools"] = chat.tools
+        if chat.chat_template_kwargs:
+            body["chat_template_kwargs"] = chat.chat_template_kwargs
+        try:
+            tokens = (await endpoint.post_json("/tokenize", body))["tokens"]
+            detokenized = await endpoint.post_json(
+                "/detokenize", {"model": endpoint.config.model, "tokens": tokens}
+            )
+        except openai.NotFoundError:
+            raise RenderError(
+                f"{endpoint.role} endpoint {endpoint.config.server_root} has no /tokenize; "
+                "it is not vLLM. Pass renderer=JinjaChatTemplate(<its chat template>)."
+            ) from None
+        except openai.BadRequestError as exc:
+            raise RenderError(
+                f"{endpoint.role} endpoint could not render the chat: {exc.message}"
+            ) from None
+        return RenderedPrompt(text=detokenized["prompt"], token_count=len(tokens))
+
+
+class JinjaChatTemplate:
+    """Renders a user-supplied Jinja chat template locally (no server round trip).
+
+    ``variables`` are passed to the template too (``bos_token``, ...).
+    """
+
+    def __init__(self, template: str, **variables: Any) -> None:
+        try:
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+        except ImportError:  # pragma: no cover - depends on the installed extras
+            raise RenderError(
+                "JinjaChatTemplate needs jinja2: pip install 'relay-integrations[jinja]'"
+            ) from None
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        self._template = env.from_string(template)
+        self._variables = variables
+
+    async def render(self, endpoint: Endpoint, chat: ChatInput) -> RenderedPrompt:
+        text = self._template.render(
+            messages=chat.messages,
+            tools=chat.tools,
+            add_generation_prompt=True,
+            **self._variables,
+            **chat.chat_template_kwargs,
+        )
+        return RenderedPrompt(text=text)

@@ -1,0 +1,105 @@
+"""What a relay generation produces: events while it streams, and a result at the end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from .config import ModelRole
+
+Phase = Literal["reasoning", "answer"]
+FinishReason = Literal["stop", "length", "error"]
+SegmentEnd = Literal[
+    "cue",  # the large model wrote a switch cue: the small model takes over
+    "sentence_end",  # the small model finished the sentence: the large model resumes
+    "segment_cap",  # the small segment reached policy.max_small_tokens
+    "end_of_reasoning",  # the reasoning ended (the end marker was written)
+    "small_ended_reasoning",  # the small model wrote the end marker; dropped, large resumes
+    "stop",  # end of sequence or a user stop sequence
+    "length",  # the token budget (or the context window) ran out
+    "failed",  # the endpoint failed and the policy moved on without it
+]
+
+
+class ModelUsage(BaseModel):
+    """Tokens one model processed over a generation (summed over its requests)."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = Field(default=0, description="Prompt tokens served from the prefix cache")
+    completion_tokens: int = 0
+
+    def add(self, prompt: int, cached: int, completion: int) -> None:
+        self.requests += 1
+        self.prompt_tokens += prompt
+        self.cached_tokens += cached
+        self.completion_tokens += completion
+
+
+class Segment(BaseModel):
+    """One stretch of text written by one model without interruption."""
+
+    model: ModelRole
+    phase: Phase
+    text: str
+    ended_by: SegmentEnd
+    cue: str | None = Field(default=None, description="The cue that ended a large segment")
+    usage: ModelUsage = Field(default_factory=ModelUsage)
+    seconds: float = 0.0
+
+
+class RelayStats(BaseModel):
+    large_share: float = Field(description="Share of generated tokens written by the large model")
+    switches: int = Field(description="Times a cue handed the reasoning to the small model")
+    seconds: dict[str, float] = Field(description="Wall time spent in each model's requests")
+    total_seconds: float
+    time_to_first_token: float | None
+
+
+class RelayResult(BaseModel):
+    """The outcome of one relay generation.
+
+    ``text`` is everything generated, markers included; ``reasoning`` and ``answer`` are
+    its two parts without the markers.
+    """
+
+    generation_id: str
+    text: str
+    reasoning: str
+    answer: str
+    finish_reason: FinishReason
+    segments: list[Segment]
+    usage: dict[str, ModelUsage]
+    stats: RelayStats
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(u.completion_tokens for u in self.usage.values())
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """New visible text (markers excluded), tagged with who wrote it and in which phase."""
+
+    text: str
+    model: ModelRole
+    phase: Phase
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentDone:
+    """A segment ended; control passes on (or the generation ends)."""
+
+    segment: Segment
+
+
+@dataclass(frozen=True, slots=True)
+class RelayDone:
+    """The last event of a stream."""
+
+    result: RelayResult
+
+
+RelayEvent = TextDelta | SegmentDone | RelayDone

@@ -1,0 +1,258 @@
+"""The relay: one async state machine over a large and a small model.
+
+Read :meth:`RelaySwitcher._relay` top to bottom for the method:
+
+1. the large model reasons, stopping on a switch cue or on the end of reasoning;
+2. after a cue, the small model finishes the sentence (or writes its segment cap), and hands
+   back to the large model; it may not end the reasoning unless the policy lets it;
+3. after the end of reasoning, the answer model (the small one by default) writes the answer.
+
+Usage::
+
+    async with RelaySwitcher(RelayConfig.from_env()) as relay:
+        async for event in relay.stream([{"role": "user", "content": "What is 7 * 6?"}]):
+            if isinstance(event, TextDelta):
+                print(event.text, end="")          # tagged event.model, event.phase
+            elif isinstance(event, RelayDone):
+                print(event.result.stats)
+        result = await relay.generate([{"role": "user", "content": "And 7 * 7?"}])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal
+
+from .config import ModelRole, RelayConfig, SamplingConfig
+from .cues import CueSet
+from .endpoint import Endpoint, UpstreamFailure
+from .errors import CueArtifactError, EndpointError
+from .generation import Decide, Generation, RequestEnd, RequestHook
+from .reasoning import PromptReasoning
+from .rendering import ChatInput, Message, PromptRenderer, ServerChatTemplate
+from .result import RelayDone, RelayEvent, RelayResult, SegmentDone, SegmentEnd
+from .sentences import SENTENCE_STOPS, is_sentence_end
+
+_State = Literal["large", "small", "answer", "done"]
+_AFTER_LARGE: dict[SegmentEnd, _State] = {"cue": "small", "end_of_reasoning": "answer"}
+_AFTER_SMALL: dict[SegmentEnd, _State] = {"length": "done", "end_of_reasoning": "answer"}
+
+
+class RelaySwitcher:
+    """Runs relay generations over two vLLM endpoints; one instance serves many at once."""
+
+    def __init__(
+        self,
+        config: RelayConfig,
+        *,
+        cues: CueSet | None = None,
+        renderer: PromptRenderer | None = None,
+    ) -> None:
+        self.config = config
+        self.cues = cues if cues is not None else CueSet.load(config.cues)
+        self.renderer: PromptRenderer = renderer or ServerChatTemplate()
+        self.endpoints: dict[ModelRole, Endpoint] = {
+            "large": Endpoint(config.large, "large"),
+            "small": Endpoint(config.small, "small"),
+        }
+        self._context_windows: dict[ModelRole, int | None] | None = None
+        self._checking = asyncio.Lock()
+
+    async def __aenter__(self) -> RelaySwitcher:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(e.aclose() for e in self.endpoints.values()))
+
+    async def generate(self, messages: Sequence[Message], **options: Any) -> RelayResult:
+        """Run one generation to the end; options as for :meth:`stream`."""
+        async for event in self.stream(messages, **options):
+            if isinstance(event, RelayDone):
+                return event.result
+        raise AssertionError("a relay stream always ends with RelayDone")
+
+    async def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        sampling: SamplingConfig | None = None,
+        stop: Sequence[str] = (),
+        answer_extra_body: Mapping[str, Any] | None = None,
+        request_hook: RequestHook | None = None,
+    ) -> AsyncIterator[RelayEvent]:
+        """Stream one generation as events: text deltas, finished segments, then the result.
+
+        ``stop`` sequences apply to the answer only. ``answer_extra_body`` adds vLLM fields to
+        the answer's request (e.g. ``structured_outputs`` for a forced JSON answer).
+        ``request_hook`` adds fields to every request. Raises :class:`EndpointError`, with the
+        partial result, when an endpoint fails beyond what the policy absorbs.
+        """
+        windows = await self._context_windows_checked()
+        chat = ChatInput(list(messages), tools, dict(chat_template_kwargs or {}))
+        large, small = await asyncio.gather(
+            self.renderer.render(self.endpoints["large"], chat),
+            self.renderer.render(self.endpoints["small"], chat),
+        )
+        run = Generation(
+            generation_id=f"relay-{uuid.uuid4().hex}",
+            config=self.config,
+            endpoints=self.endpoints,
+            prompts={"large": large, "small": small},
+            context_windows=windows,
+            sampling=sampling or self.config.sampling,
+            request_hook=request_hook,
+        )
+        try:
+            async for event in self._relay(run, stop, answer_extra_body or {}):
+                yield event
+        except UpstreamFailure as failure:
+            raise EndpointError(
+                failure.role, str(failure.cause), partial=run.result("error")
+            ) from failure
+
+    async def _relay(
+        self, run: Generation, stop: Sequence[str], answer_extra_body: Mapping[str, Any]
+    ) -> AsyncIterator[RelayEvent]:
+        """The method, one turn at a time."""
+        policy = self.config.policy
+        state: _State = "large" if run.phase == "reasoning" else "answer"
+        finish: SegmentEnd = "stop"
+        while state != "done":
+            if state == "large":
+                async for delta in run.turn(
+                    "large",
+                    decide=self._large_turn_ends(run),
+                    stops=lambda: self._large_stops(run),
+                    min_tokens=policy.cooldown_tokens,
+                ):
+                    yield delta
+                ended = run.segments[-1].ended_by
+                state = _AFTER_LARGE.get(ended, "done")
+            elif state == "small":
+                try:
+                    async for delta in run.turn(
+                        "small",
+                        decide=self._small_turn_ends(run),
+                        stops=lambda: (*SENTENCE_STOPS, self.config.markers.end),
+                        cap=policy.max_small_tokens,
+                    ):
+                        yield delta
+                    ended = run.segments[-1].ended_by
+                except UpstreamFailure:
+                    if policy.on_small_failure == "raise":
+                        raise
+                    run.small_available, ended = False, "failed"
+                state = _AFTER_SMALL.get(ended, "large")
+            else:
+                role = self._answer_model(run)
+                try:
+                    async for delta in run.turn(
+                        role,
+                        decide=lambda end: "length" if end.finish_reason == "length" else "stop",
+                        stops=lambda: stop,
+                        extra_body={"include_stop_str_in_output": False, **answer_extra_body},
+                    ):
+                        yield delta
+                    ended, state = run.segments[-1].ended_by, "done"
+                except UpstreamFailure:
+                    if role == "large" or policy.on_small_failure == "raise":
+                        raise
+                    run.small_available, ended = False, "failed"
+            if ended == "end_of_reasoning":
+                for delta in run.flush(run.segments[-1].model):
+                    yield delta
+                run.end_reasoning()
+            finish = ended
+            yield SegmentDone(run.segments[-1])
+        for delta in run.flush(run.segments[-1].model):
+            yield delta
+        yield RelayDone(run.result("length" if finish == "length" else "stop"))
+
+    def _large_stops(self, run: Generation) -> tuple[str, ...]:
+        if run.phase == "answer":  # the model answered without reasoning: no switching
+            return ()
+        if not run.small_available:
+            return (self.config.markers.end,)
+        return (*self.cues.stop_strings, self.config.markers.end)
+
+    def _large_turn_ends(self, run: Generation) -> Decide:
+        def decide(end: RequestEnd) -> SegmentEnd | None:
+            if end.finish_reason == "length":
+                return "length"
+            if end.stop_reason == self.config.markers.end:
+                return "end_of_reasoning"
+            if isinstance(end.stop_reason, str) and run.phase == "reasoning":
+                match = self.cues.match_stop(run.transcript, end.stop_reason)
+                if match is not None:
+                    run.truncate(match.handoff)
+                    run.cue = match.cue
+                    return "cue"
+            if isinstance(end.stop_reason, str):
+                return None  # a cue fired in an answer written without reasoning: write on
+            return "stop"
+
+        return decide
+
+    def _small_turn_ends(self, run: Generation) -> Decide:
+        policy, marker = self.config.policy, self.config.markers.end
+
+        def decide(end: RequestEnd) -> SegmentEnd | None:
+            if end.stop_reason == marker:
+                if policy.small_may_end_reasoning:
+                    return "end_of_reasoning"
+                run.truncate(len(run.transcript[: -len(marker)].rstrip()))
+                return "small_ended_reasoning"
+            if end.stop_reason in SENTENCE_STOPS:
+                if not is_sentence_end(run.transcript):
+                    return None  # "e.g. ", "3. " inside math, ...: the sentence goes on
+                run.truncate(len(run.transcript.rstrip()))
+                return "sentence_end"
+            if end.finish_reason == "length":
+                return "segment_cap" if end.turn_tokens >= policy.max_small_tokens else "length"
+            return "stop"  # end of sequence mid-reasoning: the large model decides what follows
+
+        return decide
+
+    def _answer_model(self, run: Generation) -> ModelRole:
+        policy = self.config.policy
+        role = (
+            policy.no_reasoning_model if run.mode is PromptReasoning.CLOSED else policy.answer_model
+        )
+        return role if run.small_available else "large"
+
+    async def _context_windows_checked(self) -> dict[ModelRole, int | None]:
+        """Fetch both models' records once; check the cue set was made for this pair."""
+        async with self._checking:
+            if self._context_windows is None:
+                large, small = await asyncio.gather(
+                    self.endpoints["large"].model_info(), self.endpoints["small"].model_info()
+                )
+                pair = self.cues.model_pair
+                if pair is not None and not self.config.allow_model_mismatch:
+                    for role, identity, info in (
+                        ("large", pair.large, large),
+                        ("small", pair.small, small),
+                    ):
+                        served = info.root or info.id
+                        if not (identity.matches(served) or identity.matches(info.id)):
+                            raise CueArtifactError(
+                                self.cues.source,
+                                f"calibrated for {role} model {identity.model!r}, but the {role} "
+                                f"endpoint serves {served!r}. Calibrate this pair (relaygen "
+                                "calibrate) or set allow_model_mismatch=True to use it anyway.",
+                            )
+                self._context_windows = {"large": large.max_model_len, "small": small.max_model_len}
+            return self._context_windows

