@@ -46,8 +46,9 @@ class Releaser:
     """Releases the visible text of one phase from a transcript that grows at its end.
 
     ``opener`` is skipped if the phase starts with it; ``closer`` ends the phase and is never
-    released. Leading whitespace of the phase is not released; trailing whitespace and a
-    possible half-written closer are held back until more text (or ``final``) decides.
+    released. Leading and trailing whitespace of the phase is never released (the streamed
+    text adds up to the stripped phase text); a possible half-written closer is held back
+    until more text (or ``final``) decides.
     """
 
     def __init__(self, start: int, opener: str | None = None, closer: str | None = None) -> None:
@@ -70,9 +71,7 @@ class Releaser:
                 final = True
             elif not final:
                 end -= _partial_suffix(transcript, self.closer)
-        chunk = transcript[self.pos : end]
-        if not final:
-            chunk = chunk.rstrip()
+        chunk = transcript[self.pos : end].rstrip()  # trailing space: a hand-off may trim it
         self.pos += len(chunk)
         return chunk
 

@@ -216,10 +216,11 @@ class RelaySwitcher:
                 run.truncate(len(run.transcript[: -len(marker)].rstrip()))
                 return "small_ended_reasoning"
             if end.stop_reason in SENTENCE_STOPS:
-                if not is_sentence_end(run.transcript):
-                    return None  # "e.g. ", "3. " inside math, ...: the sentence goes on
-                run.truncate(len(run.transcript.rstrip()))
-                return "sentence_end"
+                sentence_ended = is_sentence_end(run.transcript)
+                if sentence_ended or end.stop_reason.strip():
+                    run.truncate(len(run.transcript.rstrip()))  # write on from a token boundary
+                # "e.g. ", "3. " inside math, ...: the sentence goes on
+                return "sentence_end" if sentence_ended else None
             if end.finish_reason == "length":
                 return "segment_cap" if end.turn_tokens >= policy.max_small_tokens else "length"
             return "stop"  # end of sequence mid-reasoning: the large model decides what follows

@@ -1,0 +1,58 @@
+"""Reasoning split and the releaser that streams visible text without taking any back."""
+
+import pytest
+
+from relay_integrations.core import ReasoningMarkers
+from relay_integrations.core.reasoning import PromptReasoning, Releaser, split_reasoning
+
+M = ReasoningMarkers()
+
+
+@pytest.mark.parametrize(
+    ("prompt", "mode"),
+    [
+        ("<|im_start|>assistant\n", PromptReasoning.MODEL_OPENS),
+        ("<｜Assistant｜><think>\n", PromptReasoning.OPEN),
+        ("<|im_start|>assistant\n<think>\n\n</think>\n\n", PromptReasoning.CLOSED),
+    ],
+)
+def test_prompt_reasoning_mode(prompt: str, mode: PromptReasoning) -> None:
+    assert PromptReasoning.of(prompt, M) is mode
+
+
+def test_split_reasoning_each_mode() -> None:
+    assert split_reasoning("<think>\nr1\n</think>\n\nA", M, PromptReasoning.MODEL_OPENS) == ("r1", "A")
+    assert split_reasoning("Just A", M, PromptReasoning.MODEL_OPENS) == ("", "Just A")
+    assert split_reasoning("r2\n</think>\nB", M, PromptReasoning.OPEN) == ("r2", "B")
+    assert split_reasoning("unfinished", M, PromptReasoning.OPEN) == ("unfinished", "")
+    assert split_reasoning("\nC ", M, PromptReasoning.CLOSED) == ("", "C")
+
+
+def _stream(releaser: Releaser, pieces: list[str]) -> tuple[str, list[str]]:
+    transcript, out = "", []
+    for piece in pieces:
+        transcript += piece
+        out.append(releaser.release(transcript))
+    return transcript, out
+
+
+def test_releaser_skips_opener_and_holds_back_a_split_closer() -> None:
+    releaser = Releaser(0, opener="<think>", closer="</think>")
+    transcript, out = _stream(releaser, ["<th", "ink>", "\n", "Let", " me", " see.", " </", "think>"])
+    assert out == ["", "", "", "Let", " me", " see.", "", ""]
+    assert releaser.closed_at == transcript.index("</think>")
+    assert releaser.release(transcript, final=True) == ""
+
+
+def test_releaser_holds_trailing_space_that_a_handoff_may_trim() -> None:
+    releaser = Releaser(0)
+    transcript, out = _stream(releaser, ["So", " "])
+    assert out == ["So", ""]
+    transcript = transcript.rstrip()  # the hand-off trims it
+    assert releaser.release(transcript + " the") == " the"
+
+
+def test_releaser_without_opener_starts_after_leading_whitespace() -> None:
+    releaser = Releaser(0, closer="</think>")
+    _, out = _stream(releaser, ["\n", "\n", "Okay", ","])
+    assert "".join(out) == "Okay,"

@@ -1,0 +1,246 @@
+"""The switcher's state machine and its fault handling, against the scripted fake server.
+
+Fast and deterministic; the same behaviours are proven on real vLLM in tests/integration.
+"""
+
+import asyncio
+import time
+
+import pytest
+
+from relay_integrations.core import (
+    CueSet,
+    EndpointConfig,
+    EndpointError,
+    RelayConfig,
+    RelayDone,
+    RelaySwitcher,
+    SamplingConfig,
+    SegmentDone,
+    SwitchPolicy,
+    TextDelta,
+)
+from tests.fakes.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
+
+TRACE = (
+    "<think>\nLet me see. Therefore, the sum is 4. Then we go on. Now we check e.g. the sum. "
+    "It is right.\n</think>\n\nThe answer is 4."
+)
+CUES = CueSet.from_list(["Therefore,", "Now"])
+MESSAGES = [{"role": "user", "content": "What is 2 + 2?"}]
+
+
+def make_config(server: ScriptedVLLM, **policy: object) -> RelayConfig:
+    return RelayConfig(
+        large=EndpointConfig(base_url=server.base_url, model="large", max_retries=2),
+        small=EndpointConfig(base_url=server.base_url, model="small", max_retries=2),
+        cues=list(CUES.cues),
+        policy=SwitchPolicy(**policy),  # type: ignore[arg-type]
+    )
+
+
+async def collect(switcher: RelaySwitcher, **options: object):
+    events = [e async for e in switcher.stream(MESSAGES, **options)]  # type: ignore[arg-type]
+    done = events[-1]
+    assert isinstance(done, RelayDone)
+    return events, done.result
+
+
+async def test_segments_follow_the_method_and_text_is_the_trace() -> None:
+    large, small = ScriptedModel("large", TRACE), ScriptedModel("small", TRACE)
+    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
+        events, result = await collect(relay)
+    assert result.text == TRACE
+    assert [(s.model, s.ended_by, s.cue) for s in result.segments] == [
+        ("large", "cue", "Therefore,"),
+        ("small", "sentence_end", None),
+        ("large", "cue", "Now"),
+        ("small", "sentence_end", None),  # not fooled by "e.g. ": two requests, one segment
+        ("large", "end_of_reasoning", None),
+        ("small", "stop", None),
+    ]
+    assert [s.text for s in result.segments[:4]] == [
+        "<think>\nLet me see. Therefore,", " the sum is 4.", " Then we go on. Now",
+        " we check e.g. the sum.",
+    ]
+    assert result.segments[3].usage.requests == 2
+    assert result.reasoning == TRACE[len("<think>\n") : TRACE.index("\n</think>")]
+    assert result.answer == "The answer is 4."
+    assert result.finish_reason == "stop"
+    assert result.stats.switches == 2
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert "".join(d.text for d in deltas if d.phase == "reasoning") == result.reasoning
+    assert "".join(d.text for d in deltas if d.phase == "answer") == result.answer
+    assert {d.model for d in deltas if d.phase == "answer"} == {"small"}
+    assert [e.segment for e in events if isinstance(e, SegmentDone)] == result.segments
+    # the small model's requests continue after the cue, never after a dangling space
+    assert all(not r["prompt"].endswith(" ") for r in small.requests)
+    total = result.usage["large"].completion_tokens + result.usage["small"].completion_tokens
+    assert result.stats.large_share == pytest.approx(result.usage["large"].completion_tokens / total)
+    # every request of the generation carries the same session header value
+    assert len(large.requests) == 3
+
+
+async def test_retries_honour_retry_after_then_succeed() -> None:
+    large = ScriptedModel("large", TRACE, faults=[Fault(429, {"retry-after": "0.3"}), Fault(503)])
+    small = ScriptedModel("small", TRACE)
+    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
+        started = time.perf_counter()
+        result = await relay.generate(MESSAGES)
+    assert time.perf_counter() - started >= 0.3 + 0.5  # Retry-After, then the backoff
+    assert result.text == TRACE
+
+
+async def test_stream_cut_mid_segment_resumes_from_the_accumulated_text() -> None:
+    large = ScriptedModel("large", TRACE, faults=[Fault(cut_after=4)])
+    small = ScriptedModel("small", TRACE, faults=[Fault(cut_after=2)])
+    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
+        result = await relay.generate(MESSAGES)
+    assert result.text == TRACE
+    assert result.segments[0].usage.requests == 2 and result.segments[1].usage.requests == 2
+    assert large.requests[1]["prompt"].endswith("assistant\n<think>\n")  # resumed after 4 tokens
+
+
+async def test_small_endpoint_failing_hands_the_rest_to_the_large_model() -> None:
+    large = ScriptedModel("large", TRACE)
+    small = ScriptedModel("small", TRACE, faults=[Fault(500)] * 3)
+    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
+        result = await relay.generate(MESSAGES)
+    assert result.text == TRACE
+    assert [(s.model, s.ended_by) for s in result.segments] == [
+        ("large", "cue"), ("small", "failed"), ("large", "end_of_reasoning"), ("large", "stop"),
+    ]
+    assert result.usage["small"].completion_tokens == 0
+
+
+async def test_small_endpoint_failing_with_raise_policy_keeps_the_partial_text() -> None:
+    large = ScriptedModel("large", TRACE)
+    small = ScriptedModel("small", TRACE, faults=[Fault(500)] * 3)
+    async with ScriptedVLLM(large, small) as server:
+        relay = RelaySwitcher(make_config(server, on_small_failure="raise"))
+        with pytest.raises(EndpointError) as caught:
+            await relay.generate(MESSAGES)
+        await relay.aclose()
+    assert caught.value.role == "small"
+    assert caught.value.partial is not None
+    assert caught.value.partial.text == "<think>\nLet me see. Therefore,"
+    assert caught.value.partial.finish_reason == "error"
+
+
+async def test_large_endpoint_failing_raises_with_partial_text() -> None:
+    large = ScriptedModel("large", TRACE, faults=[Fault()] + [Fault(502)] * 3)
+    small = ScriptedModel("small", TRACE)
+    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
+        with pytest.raises(EndpointError, match="large endpoint") as caught:
+            await relay.generate(MESSAGES)
+    assert caught.value.partial is not None
+    assert caught.value.partial.text == "<think>\nLet me see. Therefore, the sum is 4."
+
+
+async def test_budget_is_shared_by_all_segments() -> None:
+    large, small = ScriptedModel("large", TRACE), ScriptedModel("small", TRACE)
+    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
+        result = await relay.generate(MESSAGES, sampling=SamplingConfig(max_tokens=15))
+    assert result.finish_reason == "length"
+    assert result.completion_tokens == 15
+    assert TRACE.startswith(result.text)
+
+
+async def test_small_segment_cap_hands_back_mid_sentence() -> None:
+    large, small = ScriptedModel("large", TRACE), ScriptedModel("small", TRACE)
+    async with ScriptedVLLM(large, small) as server:
+        async with RelaySwitcher(make_config(server, max_small_tokens=2)) as relay:
+            result = await relay.generate(MESSAGES)
+    assert result.text == TRACE
+    assert result.segments[1].ended_by == "segment_cap"
+    assert result.segments[1].text == " the sum"
+
+
+async def test_small_model_may_not_end_the_reasoning() -> None:
+    trace = "<think>\nSo. Therefore, done. Ok.\n</think>\n\nAnswer."
+    small_text = "<think>\nSo. Therefore, done</think>"
+
+    def small_reply(prompt: str) -> str:
+        generated = prompt.split("<|im_start|>assistant\n", 1)[1]
+        if generated.endswith("Therefore,"):
+            return small_text[len(generated) :]
+        return trace[len(generated) :]
+
+    large = ScriptedModel("large", trace)
+    small = ScriptedModel("small", trace, respond=small_reply)
+    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
+        result = await relay.generate(MESSAGES)
+    assert result.segments[1].ended_by == "small_ended_reasoning"
+    assert "</think>" not in result.reasoning
+    assert result.segments[2].model == "large"
+
+
+async def test_thinking_disabled_lets_the_large_model_answer_alone() -> None:
+    answer = "Now the answer is 4. Therefore, done."
+    large, small = ScriptedModel("large", answer), ScriptedModel("small", answer)
+    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
+        events, result = await collect(relay, chat_template_kwargs={"enable_thinking": False})
+    assert [(s.model, s.phase) for s in result.segments] == [("large", "answer")]
+    assert result.answer == answer and result.reasoning == ""
+    assert {e.phase for e in events if isinstance(e, TextDelta)} == {"answer"}
+    assert small.requests == []
+
+
+async def test_a_model_that_skips_reasoning_answers_without_switching() -> None:
+    answer = "The sum is 4. Therefore, it is 4."
+    large, small = ScriptedModel("large", answer), ScriptedModel("small", answer)
+    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
+        events, result = await collect(relay)
+    assert result.answer == answer and result.reasoning == ""
+    assert {e.phase for e in events if isinstance(e, TextDelta)} == {"answer"}
+    assert small.requests == []
+
+
+async def test_cancelling_a_generation_cancels_its_upstream_request() -> None:
+    large = ScriptedModel("large", TRACE + " x" * 500, token_delay=0.02)
+    small = ScriptedModel("small", TRACE)
+    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
+        task = asyncio.create_task(relay.generate(MESSAGES))
+        while large.active == 0:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(100):
+            if large.active == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert large.active == 0
+
+
+async def test_concurrency_per_endpoint_is_bounded() -> None:
+    large = ScriptedModel("large", TRACE, token_delay=0.002)
+    small = ScriptedModel("small", TRACE, token_delay=0.002)
+    peak = 0
+
+    async def watch() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, large.active)
+            await asyncio.sleep(0.001)
+
+    async with ScriptedVLLM(large, small) as server:
+        config = make_config(server).model_copy(
+            update={"large": EndpointConfig(base_url=server.base_url, model="large",
+                                            max_concurrency=3)}
+        )
+        async with RelaySwitcher(config) as relay:
+            watcher = asyncio.create_task(watch())
+            results = await asyncio.gather(*(relay.generate(MESSAGES) for _ in range(12)))
+            watcher.cancel()
+    assert all(r.text == TRACE for r in results)
+    assert 1 <= peak <= 3
+
+
+async def test_context_window_ends_the_generation_with_length() -> None:
+    large = ScriptedModel("large", TRACE, max_model_len=40)
+    small = ScriptedModel("small", TRACE, max_model_len=40)
+    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
+        result = await relay.generate(MESSAGES)
+    assert result.finish_reason == "length"
+    assert all(len(r["prompt"]) > 0 for r in large.requests)
