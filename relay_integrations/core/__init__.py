@@ -14,7 +14,7 @@ from .config import (
     SwitchPolicy,
 )
 from .cues import CueMatch, CueSet
-from .errors import CueArtifactError, EndpointError, RelayError, RenderError
+from .errors import CueArtifactError, EndpointError, RelayError, RenderError, ServerSetupError
 from .reasoning import PromptReasoning, split_reasoning
 from .rendering import (
     ChatInput,
@@ -65,6 +65,7 @@ __all__ = [
     "Segment",
     "SegmentDone",
     "ServerChatTemplate",
+    "ServerSetupError",
     "SwitchPolicy",
     "TextDelta",
     "builtin_artifact_names",

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from .config import EndpointConfig, ModelRole
-from .errors import RelayError
+from .errors import RelayError, ServerSetupError
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 MAX_RETRY_AFTER = 60.0
@@ -170,7 +170,15 @@ class Endpoint:
                     except BaseException:
                         await stream.close()
                         raise
-        except openai.APIError as final:  # not retryable, e.g. 400 for a too long prompt
+        except openai.BadRequestError as refused:
+            if "body.stop" in str(refused.message) and "at most" in str(refused.message):
+                raise ServerSetupError(
+                    f"the {self.role} vLLM server at {self.config.base_url} refuses "
+                    f"{len(request.stop)} stop strings (vLLM allows 4 unless told otherwise). "
+                    "Restart it with the environment variable VLLM_MAX_STOP_STRINGS=1024."
+                ) from None
+            raise UpstreamFailure(self.role, refused) from refused
+        except openai.APIError as final:  # not retryable, e.g. 401
             raise UpstreamFailure(self.role, final) from final
         raise AssertionError("unreachable: tenacity either returns or raises")
 

@@ -1,0 +1,202 @@
+"""``relaygen``: the command line of relay_integrations.
+
+    relaygen generate "What is 17 * 23?" \\
+        --large-url http://gpu-a:8000/v1 --large-model Qwen/Qwen3-32B \\
+        --small-url http://gpu-b:8000/v1 --small-model Qwen/Qwen3-1.7B
+
+Every option can come from the environment instead (``RELAY_LARGE__BASE_URL``, ... see
+:meth:`RelayConfig.from_env`). The generation streams to the terminal, each span marked with
+the model that wrote it, followed by the relay's stats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from pydantic import ValidationError
+
+from .core import (
+    EndpointConfig,
+    RelayConfig,
+    RelayDone,
+    RelayError,
+    RelayResult,
+    RelaySwitcher,
+    SamplingConfig,
+    TextDelta,
+)
+from .core.config import ModelRole
+
+DEFAULT_PROMPT = (
+    "A train travels 60 km in the first hour and 90 km in the second hour. "
+    "What is its average speed over the two hours?"
+)
+_COLOURS = {"large": "\033[1;34m", "small": "\033[32m"}
+_RESET = "\033[0m"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="relaygen", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    generate = commands.add_parser("generate", help="stream one relay generation to the terminal")
+    generate.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT)
+    generate.add_argument("--system", help="a system message")
+    for role in ("large", "small"):
+        generate.add_argument(f"--{role}-url", help=f"OpenAI base URL of the {role} vLLM server")
+        generate.add_argument(f"--{role}-model", help=f"served name of the {role} model")
+    generate.add_argument("--cues", help="cue artifact path or builtin:NAME")
+    generate.add_argument(
+        "--allow-model-mismatch",
+        action="store_true",
+        help="use a cue artifact calibrated for another model pair",
+    )
+    generate.add_argument("--max-tokens", type=int, help="budget for reasoning plus answer")
+    generate.add_argument("--temperature", type=float)
+    generate.add_argument("--seed", type=int)
+    generate.add_argument(
+        "--no-thinking", action="store_true", help="pass enable_thinking=false to the chat template"
+    )
+    generate.add_argument("--json", action="store_true", help="print the result as JSON only")
+    generate.add_argument("--note", help="a line printed before the generation")
+    args = parser.parse_args(argv)
+    try:
+        config = _config_from(args)
+    except (ValidationError, RelayError) as exc:
+        print(f"relaygen: configuration error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = asyncio.run(_generate(config, args))
+    except RelayError as exc:
+        print(f"\nrelaygen: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0 if result.finish_reason != "error" else 1
+
+
+def _config_from(args: argparse.Namespace) -> RelayConfig:
+    base = RelayConfig.from_env().model_dump() if _env_complete() else {}
+    for role in ("large", "small"):
+        url, model = getattr(args, f"{role}_url"), getattr(args, f"{role}_model")
+        endpoint = dict(base.get(role) or {})
+        if url:
+            endpoint["base_url"] = url
+        if model:
+            endpoint["model"] = model
+        if "base_url" not in endpoint or "model" not in endpoint:
+            raise RelayError(
+                f"no {role} endpoint: pass --{role}-url and --{role}-model "
+                f"(or set RELAY_{role.upper()}__BASE_URL and RELAY_{role.upper()}__MODEL)"
+            )
+        base[role] = EndpointConfig.model_validate(endpoint)
+    if args.cues:
+        base["cues"] = args.cues
+    if args.allow_model_mismatch:
+        base["allow_model_mismatch"] = True
+    sampling = dict(base.get("sampling") or {})
+    for key in ("max_tokens", "temperature", "seed"):
+        if getattr(args, key) is not None:
+            sampling[key] = getattr(args, key)
+    base["sampling"] = SamplingConfig.model_validate(sampling)
+    return RelayConfig.model_validate(base)
+
+
+def _env_complete() -> bool:
+    return all(f"RELAY_{r}__{f}" in os.environ for r in ("LARGE", "SMALL") for f in ("BASE_URL",))
+
+
+async def _generate(config: RelayConfig, args: argparse.Namespace) -> RelayResult:
+    messages: list[dict[str, Any]] = []
+    if args.system:
+        messages.append({"role": "system", "content": args.system})
+    messages.append({"role": "user", "content": args.prompt})
+    kwargs = {"enable_thinking": False} if args.no_thinking else None
+    out = sys.stdout
+    async with RelaySwitcher(config) as relay:
+        if not args.json:
+            _print_header(out, config, relay, args)
+        printer = _SpanPrinter(out, colour=out.isatty() and not args.json)
+        result: RelayResult | None = None
+        async for event in relay.stream(messages, chat_template_kwargs=kwargs):
+            if isinstance(event, TextDelta) and not args.json:
+                printer.write(event)
+            elif isinstance(event, RelayDone):
+                result = event.result
+        if not args.json:
+            printer.close()
+    assert result is not None
+    if args.json:
+        print(result.model_dump_json(indent=2), file=out)
+    else:
+        _print_stats(out, result)
+    return result
+
+
+def _print_header(out: TextIO, config: RelayConfig, relay: RelaySwitcher, args: Any) -> None:
+    if args.note:
+        print(args.note, file=out)
+    print(f"large: {config.large.model} @ {config.large.base_url}", file=out)
+    print(f"small: {config.small.model} @ {config.small.base_url}", file=out)
+    print(f"cues:  {len(relay.cues.cues)} from {relay.cues.source}", file=out)
+    print("legend: [L ...] written by the large model, [S ...] by the small one", file=out)
+    print(f"question: {args.prompt}\n", file=out)
+
+
+class _SpanPrinter:
+    """Prints deltas, opening a new marked span whenever the writer or the phase changes."""
+
+    def __init__(self, out: TextIO, colour: bool) -> None:
+        self.out = out
+        self.colour = colour
+        self.current: tuple[ModelRole, str] | None = None
+
+    def write(self, delta: TextDelta) -> None:
+        key = (delta.model, delta.phase)
+        if key != self.current:
+            if self.current is not None and self.current[1] != delta.phase:
+                self._close()
+                self.out.write("\n\n--- answer ---\n")
+            elif self.current is not None:
+                self._close()
+            else:
+                self.out.write(f"--- {delta.phase} ---\n")
+            self.current = key
+            self.out.write(_COLOURS[delta.model] if self.colour else "")
+            self.out.write(f"[{delta.model[0].upper()} ")
+        self.out.write(delta.text)
+        self.out.flush()
+
+    def _close(self) -> None:
+        self.out.write("]" + (_RESET if self.colour else ""))
+
+    def close(self) -> None:
+        if self.current is not None:
+            self._close()
+        self.out.write("\n\n")
+
+
+def _print_stats(out: TextIO, result: RelayResult) -> None:
+    stats = result.stats
+    print(f"finish reason:     {result.finish_reason}", file=out)
+    print(f"large-model share: {stats.large_share:.1%} of generated tokens", file=out)
+    print(f"switches:          {stats.switches}", file=out)
+    ttft = f"{stats.time_to_first_token:.2f} s" if stats.time_to_first_token else "n/a"
+    print(f"time:              {stats.total_seconds:.2f} s (first token {ttft})", file=out)
+    for role, usage in result.usage.items():
+        print(
+            f"{role:5} model:       {usage.completion_tokens} tokens written, "
+            f"{usage.prompt_tokens} prompt tokens ({usage.cached_tokens} from the prefix cache), "
+            f"{usage.requests} requests, {stats.seconds[role]:.2f} s",
+            file=out,
+        )
+    print(json.dumps({"segments": [(s.model, s.ended_by) for s in result.segments]}), file=out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
