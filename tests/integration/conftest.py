@@ -1,0 +1,65 @@
+"""Real vLLM servers for the integration tests.
+
+``scripts/vllm_servers.sh start`` starts them and ``scripts/vllm_servers.sh env`` prints the
+variables read here. Without them these tests skip, unless ``RELAY_REQUIRE_VLLM=1`` (as in
+``scripts/test`` and CI), where a missing server is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.vllm
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    large_model: str
+    small_model: str
+
+    @property
+    def root(self) -> str:
+        return self.url.removesuffix("/v1")
+
+
+def _env(name: str) -> str:
+    value = os.environ.get(name)
+    if value:
+        return value
+    message = f"{name} is not set: start the servers with scripts/vllm_servers.sh start"
+    if os.environ.get("RELAY_REQUIRE_VLLM") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def qwen_large() -> Server:
+    return Server(_env("RELAY_TEST_QWEN_LARGE_URL"), _env("RELAY_TEST_QWEN_LARGE_MODEL"), "")
+
+
+@pytest.fixture(scope="session")
+def qwen_small() -> Server:
+    return Server(_env("RELAY_TEST_QWEN_SMALL_URL"), "", _env("RELAY_TEST_QWEN_SMALL_MODEL"))
+
+
+@pytest.fixture(scope="session")
+def r1() -> Server:
+    return Server(
+        _env("RELAY_TEST_R1_URL"), _env("RELAY_TEST_R1_LARGE_MODEL"), _env("RELAY_TEST_R1_SMALL_MODEL")
+    )
+
+
+async def running_requests(root: str) -> float:
+    """vLLM's gauge of requests being generated (from /metrics)."""
+    async with httpx.AsyncClient() as client:
+        text = (await client.get(f"{root}/metrics")).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:num_requests_running")
+    )

@@ -1,0 +1,305 @@
+"""The relay on real vLLM servers: tiny random Qwen3 models (a slower "large", a faster
+"small") and a tiny DeepSeek-R1-Distill-style model, with outputs forced by structured
+outputs so that every cue position is known."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from relay_integrations.core import (
+    CueSet,
+    EndpointConfig,
+    EndpointError,
+    RelayConfig,
+    RelayDone,
+    RelayResult,
+    RelaySwitcher,
+    SamplingConfig,
+    SegmentDone,
+    SwitchPolicy,
+    TextDelta,
+)
+from tests.fakes.tcp_proxy import TcpProxy
+from tests.forcing import forcing
+
+from .conftest import Server, running_requests
+
+pytestmark = pytest.mark.vllm
+
+QWEN_TRACE = (
+    "<think>\nLet me compute the total. Therefore, the sum is 12. Now we check e.g. the parts."
+    " So the check holds.\n</think>\n\nThe answer is 12."
+)
+CUES = CueSet.from_list(["Therefore,", "Now", "So "])
+QUESTION = [{"role": "user", "content": "What is 5 + 7?"}]
+
+
+def qwen_config(large: Server, small: Server, *, small_url: str | None = None,
+                **policy: object) -> RelayConfig:
+    policy.setdefault("cooldown_tokens", 0)
+    return RelayConfig(
+        large=EndpointConfig(base_url=large.url, model=large.large_model),
+        small=EndpointConfig(base_url=small_url or small.url, model=small.small_model,
+                             max_retries=1),
+        cues=list(CUES.cues),
+        sampling=SamplingConfig(max_tokens=512, seed=0),
+        policy=SwitchPolicy(**policy),  # type: ignore[arg-type]
+    )
+
+
+async def run(relay: RelaySwitcher, trace: str, messages=QUESTION, **options):
+    events = [e async for e in relay.stream(messages, request_hook=forcing(trace), **options)]
+    assert isinstance(events[-1], RelayDone)
+    return events, events[-1].result
+
+
+def check_stream_matches_result(events: list, result: RelayResult) -> None:
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert "".join(d.text for d in deltas if d.phase == "reasoning") == result.reasoning
+    assert "".join(d.text for d in deltas if d.phase == "answer") == result.answer
+    assert [e.segment for e in events if isinstance(e, SegmentDone)] == result.segments
+    # each delta is tagged with the model of the segment it belongs to, in order
+    writers = [d.model for d in deltas]
+    segment_writers = [s.model for s in result.segments if s.text.strip()]
+    collapsed = [m for i, m in enumerate(writers) if i == 0 or writers[i - 1] != m]
+    assert collapsed == [m for i, m in enumerate(segment_writers)
+                         if i == 0 or segment_writers[i - 1] != m]
+
+
+async def test_qwen_relay_segments_writers_and_text(qwen_large: Server, qwen_small: Server) -> None:
+    async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
+        events, result = await run(relay, QWEN_TRACE)
+    assert result.text == QWEN_TRACE
+    assert [(s.model, s.phase, s.ended_by, s.cue) for s in result.segments] == [
+        ("large", "reasoning", "cue", "Therefore,"),
+        ("small", "reasoning", "sentence_end", None),
+        ("large", "reasoning", "cue", "Now"),
+        ("small", "reasoning", "sentence_end", None),
+        ("large", "reasoning", "cue", "So "),
+        ("small", "reasoning", "sentence_end", None),
+        ("large", "reasoning", "end_of_reasoning", None),
+        ("small", "answer", "stop", None),
+    ]
+    assert [s.text for s in result.segments] == [
+        "<think>\nLet me compute the total. Therefore,", " the sum is 12.", " Now",
+        " we check e.g. the parts.", " So", " the check holds.", "\n</think>",
+        "\n\nThe answer is 12.",
+    ]
+    assert result.segments[3].usage.requests == 2  # "e.g. " is not the end of the sentence
+    assert result.reasoning.startswith("Let me compute") and result.reasoning.endswith("holds.")
+    assert result.answer == "The answer is 12."
+    assert result.finish_reason == "stop"
+    assert result.stats.switches == 3
+    large_tokens = result.usage["large"].completion_tokens
+    small_tokens = result.usage["small"].completion_tokens
+    assert large_tokens > 0 and small_tokens > 0
+    assert result.stats.large_share == pytest.approx(large_tokens / (large_tokens + small_tokens))
+    assert result.usage["large"].requests == 4 and result.usage["small"].requests == 5
+    check_stream_matches_result(events, result)
+
+
+async def test_false_positive_words_never_switch(qwen_large: Server, qwen_small: Server) -> None:
+    trace = (
+        "<think>\nI know it. Nowhere is it odd. Otherwise fine. Anyway we go. Also there. "
+        "Some say it.\n</think>\n\nDone."
+    )
+    config = qwen_config(qwen_large, qwen_small).model_copy(
+        update={"cues": ["now", "Now", "Other", "Any", "So ", "so "]}
+    )
+    async with RelaySwitcher(config) as relay:
+        _, result = await run(relay, trace)
+    assert result.text == trace
+    assert [(s.model, s.ended_by) for s in result.segments] == [
+        ("large", "end_of_reasoning"), ("small", "stop"),
+    ]
+
+
+async def test_small_segment_cap(qwen_large: Server, qwen_small: Server) -> None:
+    async with RelaySwitcher(qwen_config(qwen_large, qwen_small, max_small_tokens=3)) as relay:
+        _, result = await run(relay, QWEN_TRACE)
+    assert result.text == QWEN_TRACE
+    capped = [s for s in result.segments if s.ended_by == "segment_cap"]
+    assert capped and all(s.model == "small" and s.usage.completion_tokens == 3 for s in capped)
+
+
+async def test_budget_exhaustion_ends_with_length(qwen_large: Server, qwen_small: Server) -> None:
+    async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
+        _, result = await run(relay, QWEN_TRACE, sampling=SamplingConfig(max_tokens=20, seed=0))
+    assert result.finish_reason == "length"
+    assert result.completion_tokens == 20
+    assert QWEN_TRACE.startswith(result.text)
+    assert result.answer == ""
+
+
+async def test_cooldown_ignores_a_cue_right_after_a_hand_back(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    trace = "<think>\nWe add them up. Therefore, it is 3. So we are done here.\n</think>\n\nIt is 3."
+    async with RelaySwitcher(qwen_config(qwen_large, qwen_small, cooldown_tokens=5)) as relay:
+        _, result = await run(relay, trace)
+    assert result.text == trace
+    # " So" is the first token after the hand-back: within the cooldown, no switch
+    assert [s.ended_by for s in result.segments] == [
+        "cue", "sentence_end", "end_of_reasoning", "stop",
+    ]
+
+
+async def test_small_endpoint_refusing_connections_mid_generation(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    host, port = qwen_small.root.removeprefix("http://").split(":")
+    async with TcpProxy(host, int(port)) as proxy:
+        config = qwen_config(qwen_large, qwen_small, small_url=proxy.base_url)
+        async with RelaySwitcher(config) as relay:
+            hook = forcing(QWEN_TRACE)
+            seen_small = 0
+            result = None
+            async for event in relay.stream(QUESTION, request_hook=hook):
+                if isinstance(event, SegmentDone) and event.segment.model == "small":
+                    seen_small += 1
+                    await proxy.refuse()  # the small server goes away after its first sentence
+                if isinstance(event, RelayDone):
+                    result = event.result
+    assert result is not None and seen_small >= 1
+    assert result.text == QWEN_TRACE  # the large model wrote the rest
+    assert [(s.model, s.ended_by) for s in result.segments][:3] == [
+        ("large", "cue"), ("small", "sentence_end"), ("large", "cue"),
+    ]
+    assert result.segments[3].ended_by == "failed"
+    assert result.segments[-1].model == "large" and result.answer == "The answer is 12."
+
+
+async def test_small_endpoint_refusing_with_raise_policy_keeps_partial_text(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    host, port = qwen_small.root.removeprefix("http://").split(":")
+    async with TcpProxy(host, int(port)) as proxy:
+        await proxy.refuse()
+        config = qwen_config(qwen_large, qwen_small, small_url=proxy.base_url,
+                             on_small_failure="raise")
+        relay = RelaySwitcher(config)
+        relay.endpoints["small"]._model_info = await relay.endpoints["large"].model_info()
+        with pytest.raises(EndpointError) as caught:
+            await relay.generate(QUESTION, request_hook=forcing(QWEN_TRACE))
+        await relay.aclose()
+    assert caught.value.role == "small"
+    assert caught.value.partial is not None
+    assert caught.value.partial.text == "<think>\nLet me compute the total. Therefore,"
+
+
+async def test_stream_cut_mid_segment_resumes(qwen_large: Server, qwen_small: Server) -> None:
+    host, port = qwen_large.root.removeprefix("http://").split(":")
+    async with TcpProxy(host, int(port)) as proxy:
+        large = Server(proxy.base_url, qwen_large.large_model, "")
+        async with RelaySwitcher(qwen_config(large, qwen_small)) as relay:
+            await relay.endpoints["large"].model_info()
+            proxy.cut_next_response(after_bytes=1200)  # a few chunks of the first segment
+            _, result = await run(relay, QWEN_TRACE)
+    assert result.text == QWEN_TRACE
+    assert result.segments[0].usage.requests == 2
+
+
+async def test_32_concurrent_generations(qwen_large: Server, qwen_small: Server) -> None:
+    async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
+        results = await asyncio.gather(
+            *(relay.generate(QUESTION, request_hook=forcing(QWEN_TRACE)) for _ in range(32))
+        )
+    assert all(r.text == QWEN_TRACE for r in results)
+    assert all(len(r.segments) == 8 for r in results)
+    assert len({r.generation_id for r in results}) == 32
+
+
+async def test_continuation_segments_reuse_the_cached_prefix(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    nonce = uuid.uuid4().hex  # first in the prompt: nothing of it is cached before this test
+    system = nonce + " You are a careful assistant. " + " ".join(
+        f"Rule {i}: show every step of the work and check each result twice." for i in range(30)
+    )
+    messages = [{"role": "system", "content": system}, *QUESTION]
+    async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
+        _, result = await run(relay, QWEN_TRACE, messages=messages)
+    assert result.text == QWEN_TRACE
+    first_large, *later_large = [s for s in result.segments if s.model == "large"]
+    first_small, *later_small = [s for s in result.segments if s.model == "small"]
+    prefix_tokens = first_large.usage.prompt_tokens
+    assert prefix_tokens > 3 * 128
+    assert first_large.usage.cached_tokens == 0
+    assert first_small.usage.cached_tokens == 0
+    full_blocks = prefix_tokens // 128 * 128
+    for segment in later_large + later_small:
+        per_request = segment.usage.cached_tokens / segment.usage.requests
+        assert per_request >= full_blocks, segment
+    assert result.usage["large"].cached_tokens >= 3 * full_blocks
+
+
+async def test_thinking_disabled_large_answers_alone(qwen_large: Server, qwen_small: Server) -> None:
+    answer = "Now the answer is 12. Therefore, we are done."
+    async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
+        events, result = await run(
+            relay, answer, chat_template_kwargs={"enable_thinking": False}
+        )
+    assert [(s.model, s.phase, s.ended_by) for s in result.segments] == [("large", "answer", "stop")]
+    assert result.answer == answer and result.reasoning == ""
+    assert {e.phase for e in events if isinstance(e, TextDelta)} == {"answer"}
+
+
+async def test_cancelling_cancels_the_upstream_request(qwen_large: Server, qwen_small: Server) -> None:
+    config = qwen_config(qwen_large, qwen_small).model_copy(update={"cues": ["Zqxj"]})
+    async with RelaySwitcher(config) as relay:
+        got_text = asyncio.Event()
+
+        async def consume() -> None:
+            async for event in relay.stream(QUESTION, sampling=SamplingConfig(max_tokens=1500)):
+                if isinstance(event, TextDelta):
+                    got_text.set()
+
+        task = asyncio.create_task(consume())
+        await asyncio.wait_for(got_text.wait(), 60)
+        assert await running_requests(qwen_large.root) >= 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(50):
+            if await running_requests(qwen_large.root) == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert await running_requests(qwen_large.root) == 0
+
+
+async def test_r1_family_prompt_opens_the_reasoning(r1: Server) -> None:
+    trace = "Okay, let me see. Therefore, x is 2. So the value is 2.\n</think>\n\nThe answer is 2."
+    config = RelayConfig(
+        large=EndpointConfig(base_url=r1.url, model=r1.large_model),
+        small=EndpointConfig(base_url=r1.url, model=r1.small_model),
+        cues="builtin:r1-distill-qwen-32b--r1-distill-qwen-1.5b",
+        allow_model_mismatch=True,  # tiny random weights, not the calibrated pair
+        sampling=SamplingConfig(max_tokens=256, seed=0),
+        policy=SwitchPolicy(cooldown_tokens=0),
+    )
+    async with RelaySwitcher(config) as relay:
+        events, result = await run(relay, trace)
+    assert result.text == trace
+    assert [(s.model, s.ended_by, s.cue) for s in result.segments] == [
+        ("large", "cue", "Therefore,"),
+        ("small", "sentence_end", None),
+        ("large", "cue", "So "),
+        ("small", "sentence_end", None),
+        ("large", "end_of_reasoning", None),
+        ("small", "stop", None),
+    ]
+    assert result.reasoning == "Okay, let me see. Therefore, x is 2. So the value is 2."
+    assert result.answer == "The answer is 2."
+    check_stream_matches_result(events, result)
+
+
+async def test_artifact_for_another_pair_is_refused(qwen_large: Server, qwen_small: Server) -> None:
+    config = qwen_config(qwen_large, qwen_small).model_copy(
+        update={"cues": "builtin:qwen3-32b--qwen3-1.7b"}
+    )
+    async with RelaySwitcher(config) as relay:
+        with pytest.raises(Exception, match="calibrated for large model 'Qwen/Qwen3-32B'"):
+            await relay.generate(QUESTION)
