@@ -97,6 +97,12 @@ class SwitchPolicy(_Frozen):
         description="Let the small model end the reasoning; otherwise its end-of-reasoning "
         "marker is dropped and the large model resumes",
     )
+    max_reasoning_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Close the reasoning after this many tokens and let the answer model "
+        "answer with what is left of the budget (None: the reasoning may use all of it)",
+    )
     on_small_failure: Literal["use_large", "raise"] = Field(
         default="use_large",
         description="When the small endpoint fails: the large model writes the rest, or raise",

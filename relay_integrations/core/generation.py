@@ -76,6 +76,7 @@ class Generation:
         self.cue: str | None = None  # the cue that ended the last large turn, set by its decide
         self.segments: list[Segment] = []
         self.usage = {"large": ModelUsage(), "small": ModelUsage()}
+        self.reasoning_tokens = 0
         self.seconds = {"large": 0.0, "small": 0.0}
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
@@ -86,12 +87,22 @@ class Generation:
         return sum(u.completion_tokens for u in self.usage.values())
 
     def room(self, role: ModelRole) -> int:
-        """Tokens `role` may still write: the budget, and its context window."""
+        """Tokens `role` may still write: the budget, its context window, the reasoning limit."""
         room = self.sampling.max_tokens - self.generated_tokens
         window, prompt_tokens = self.context_windows[role], self.prompts[role].token_count
         if window is not None and prompt_tokens is not None:
             room = min(room, window - prompt_tokens - self.generated_tokens - CONTEXT_MARGIN)
-        return room
+        return min(room, self._reasoning_room())
+
+    def _reasoning_room(self) -> int:
+        limit = self.config.policy.max_reasoning_tokens
+        if limit is None or self.phase != "reasoning":
+            return self.sampling.max_tokens
+        return limit - self.reasoning_tokens
+
+    def close_reasoning(self) -> None:
+        """End the reasoning on the relay's behalf (the reasoning limit was reached)."""
+        self.transcript = self.transcript.rstrip() + "\n" + self.config.markers.end
 
     def end_reasoning(self) -> None:
         """The reasoning ended at the end of the transcript: the answer phase starts."""
@@ -125,7 +136,7 @@ class Generation:
             while ended is None:
                 allowance = min(self.room(role), cap - turn_tokens if cap else self.room(role))
                 if allowance <= 0:
-                    ended = "segment_cap" if cap and turn_tokens >= cap else "length"
+                    ended = "segment_cap" if cap and turn_tokens >= cap else self._length()
                     break
                 request = self._request(
                     role, allowance, stops(), min_tokens - turn_tokens, extra_body
@@ -153,16 +164,22 @@ class Generation:
                                 piece.completion_tokens,
                             )
                             turn_tokens += piece.completion_tokens
+                            if phase == "reasoning":
+                                self.reasoning_tokens += piece.completion_tokens
                 except StreamInterrupted as broken:
                     # The text that arrived stays; count its pieces as tokens, then resume.
                     usage.add(0, 0, pieces)
                     self.usage[role].add(0, 0, pieces)
                     turn_tokens += pieces
+                    if phase == "reasoning":
+                        self.reasoning_tokens += pieces
                     resumes += 1
                     if resumes > self.config.policy.max_resumes:
                         raise UpstreamFailure(role, broken.cause) from broken
                     continue
                 ended = decide(RequestEnd(finish[0], finish[1], turn_tokens))
+                if ended == "length":
+                    ended = self._length()
         finally:
             self.seconds[role] += time.perf_counter() - began
             self.segments.append(
@@ -176,6 +193,12 @@ class Generation:
                     seconds=time.perf_counter() - began,
                 )
             )
+
+    def _length(self) -> SegmentEnd:
+        """Why there is no room left: the reasoning limit, or the budget/context."""
+        if self._reasoning_room() <= 0 and self.sampling.max_tokens > self.generated_tokens:
+            return "reasoning_budget"
+        return "length"
 
     def flush(self, role: ModelRole) -> list[TextDelta]:
         """Release what was held back at the end of a phase or of the generation."""

@@ -19,6 +19,7 @@ SegmentEnd = Literal[
     "small_ended_reasoning",  # the small model wrote the end marker; dropped, large resumes
     "stop",  # end of sequence or a user stop sequence
     "length",  # the token budget (or the context window) ran out
+    "reasoning_budget",  # policy.max_reasoning_tokens reached: the relay closes the reasoning
     "failed",  # the endpoint failed and the policy moved on without it
 ]
 

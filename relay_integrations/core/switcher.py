@@ -37,8 +37,16 @@ from .result import RelayDone, RelayEvent, RelayResult, SegmentDone, SegmentEnd
 from .sentences import SENTENCE_STOPS, is_sentence_end
 
 _State = Literal["large", "small", "answer", "done"]
-_AFTER_LARGE: dict[SegmentEnd, _State] = {"cue": "small", "end_of_reasoning": "answer"}
-_AFTER_SMALL: dict[SegmentEnd, _State] = {"length": "done", "end_of_reasoning": "answer"}
+_AFTER_LARGE: dict[SegmentEnd, _State] = {
+    "cue": "small",
+    "end_of_reasoning": "answer",
+    "reasoning_budget": "answer",
+}
+_AFTER_SMALL: dict[SegmentEnd, _State] = {
+    "length": "done",
+    "end_of_reasoning": "answer",
+    "reasoning_budget": "answer",
+}
 
 
 class RelaySwitcher:
@@ -100,12 +108,15 @@ class RelaySwitcher:
         ``request_hook`` adds fields to every request. Raises :class:`EndpointError`, with the
         partial result, when an endpoint fails beyond what the policy absorbs.
         """
-        windows = await self._context_windows_checked()
         chat = ChatInput(list(messages), tools, dict(chat_template_kwargs or {}))
-        large, small = await asyncio.gather(
-            self.renderer.render(self.endpoints["large"], chat),
-            self.renderer.render(self.endpoints["small"], chat),
-        )
+        try:
+            windows = await self._context_windows_checked()
+            large, small = await asyncio.gather(
+                self.renderer.render(self.endpoints["large"], chat),
+                self.renderer.render(self.endpoints["small"], chat),
+            )
+        except UpstreamFailure as failure:
+            raise EndpointError(failure.role, str(failure.cause)) from failure
         run = Generation(
             generation_id=f"relay-{uuid.uuid4().hex}",
             config=self.config,
@@ -171,7 +182,9 @@ class RelaySwitcher:
                     if role == "large" or policy.on_small_failure == "raise":
                         raise
                     run.small_available, ended = False, "failed"
-            if ended == "end_of_reasoning":
+            if ended == "reasoning_budget":
+                run.close_reasoning()
+            if ended in ("end_of_reasoning", "reasoning_budget"):
                 for delta in run.flush(run.segments[-1].model):
                     yield delta
                 run.end_reasoning()

@@ -244,3 +244,24 @@ async def test_context_window_ends_the_generation_with_length() -> None:
         result = await relay.generate(MESSAGES)
     assert result.finish_reason == "length"
     assert all(len(r["prompt"]) > 0 for r in large.requests)
+
+
+async def test_reasoning_limit_closes_the_reasoning_and_leaves_room_to_answer() -> None:
+    def small_reply(prompt: str) -> str:
+        if prompt.endswith("</think>"):
+            return "\n\nThe answer is 4."
+        return TRACE[len(prompt.split("<|im_start|>assistant\n", 1)[1]) :]
+
+    large = ScriptedModel("large", TRACE)
+    small = ScriptedModel("small", TRACE, respond=small_reply)
+    async with ScriptedVLLM(large, small) as server:
+        async with RelaySwitcher(make_config(server, max_reasoning_tokens=14)) as relay:
+            events, result = await collect(relay, sampling=SamplingConfig(max_tokens=40))
+    assert result.usage["large"].completion_tokens + result.segments[1].usage.completion_tokens == 14
+    assert result.segments[1].ended_by == "reasoning_budget"
+    assert result.text.endswith(" the sum is 4\n</think>\n\nThe answer is 4.")
+    assert result.reasoning == "Let me see. Therefore, the sum is 4"
+    assert result.answer == "The answer is 4." and result.finish_reason == "stop"
+    assert "".join(e.text for e in events if isinstance(e, TextDelta) and e.phase == "answer") == (
+        "The answer is 4."
+    )
