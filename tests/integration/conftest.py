@@ -50,7 +50,9 @@ def qwen_small() -> Server:
 @pytest.fixture(scope="session")
 def r1() -> Server:
     return Server(
-        _env("RELAY_TEST_R1_URL"), _env("RELAY_TEST_R1_LARGE_MODEL"), _env("RELAY_TEST_R1_SMALL_MODEL")
+        _env("RELAY_TEST_R1_URL"),
+        _env("RELAY_TEST_R1_LARGE_MODEL"),
+        _env("RELAY_TEST_R1_SMALL_MODEL"),
     )
 
 

@@ -22,8 +22,8 @@ from relay_integrations.core import (
     SwitchPolicy,
     TextDelta,
 )
+from relay_integrations.testing import forcing
 from tests.fakes.tcp_proxy import TcpProxy
-from tests.forcing import forcing
 
 from .conftest import Server, running_requests
 
@@ -37,16 +37,18 @@ CUES = CueSet.from_list(["Therefore,", "Now", "So "])
 QUESTION = [{"role": "user", "content": "What is 5 + 7?"}]
 
 
-def qwen_config(large: Server, small: Server, *, small_url: str | None = None,
-                **policy: object) -> RelayConfig:
+def qwen_config(
+    large: Server, small: Server, *, small_url: str | None = None, **policy: object
+) -> RelayConfig:
     policy.setdefault("cooldown_tokens", 0)
     return RelayConfig(
         large=EndpointConfig(base_url=large.url, model=large.large_model),
-        small=EndpointConfig(base_url=small_url or small.url, model=small.small_model,
-                             max_retries=1),
+        small=EndpointConfig(
+            base_url=small_url or small.url, model=small.small_model, max_retries=1
+        ),
         cues=list(CUES.cues),
         sampling=SamplingConfig(max_tokens=512, seed=0),
-        policy=SwitchPolicy(**policy),  # type: ignore[arg-type]
+        policy=SwitchPolicy.model_validate(policy),
     )
 
 
@@ -56,7 +58,7 @@ async def run(relay: RelaySwitcher, trace: str, messages=QUESTION, **options):
     return events, events[-1].result
 
 
-def check_stream_matches_result(events: list, result: RelayResult) -> None:
+def check_stream_matches_result(events: list[object], result: RelayResult) -> None:
     deltas = [e for e in events if isinstance(e, TextDelta)]
     assert "".join(d.text for d in deltas if d.phase == "reasoning") == result.reasoning
     assert "".join(d.text for d in deltas if d.phase == "answer") == result.answer
@@ -65,8 +67,9 @@ def check_stream_matches_result(events: list, result: RelayResult) -> None:
     writers = [d.model for d in deltas]
     segment_writers = [s.model for s in result.segments if s.text.strip()]
     collapsed = [m for i, m in enumerate(writers) if i == 0 or writers[i - 1] != m]
-    assert collapsed == [m for i, m in enumerate(segment_writers)
-                         if i == 0 or segment_writers[i - 1] != m]
+    assert collapsed == [
+        m for i, m in enumerate(segment_writers) if i == 0 or segment_writers[i - 1] != m
+    ]
 
 
 async def test_qwen_relay_segments_writers_and_text(qwen_large: Server, qwen_small: Server) -> None:
@@ -84,8 +87,13 @@ async def test_qwen_relay_segments_writers_and_text(qwen_large: Server, qwen_sma
         ("small", "answer", "stop", None),
     ]
     assert [s.text for s in result.segments] == [
-        "<think>\nLet me compute the total. Therefore,", " the sum is 12.", " Now",
-        " we check e.g. the parts.", " So", " the check holds.", "\n</think>",
+        "<think>\nLet me compute the total. Therefore,",
+        " the sum is 12.",
+        " Now",
+        " we check e.g. the parts.",
+        " So",
+        " the check holds.",
+        "\n</think>",
         "\n\nThe answer is 12.",
     ]
     assert result.segments[3].usage.requests == 2  # "e.g. " is not the end of the sentence
@@ -113,7 +121,8 @@ async def test_false_positive_words_never_switch(qwen_large: Server, qwen_small:
         _, result = await run(relay, trace)
     assert result.text == trace
     assert [(s.model, s.ended_by) for s in result.segments] == [
-        ("large", "end_of_reasoning"), ("small", "stop"),
+        ("large", "end_of_reasoning"),
+        ("small", "stop"),
     ]
 
 
@@ -137,13 +146,18 @@ async def test_budget_exhaustion_ends_with_length(qwen_large: Server, qwen_small
 async def test_cooldown_ignores_a_cue_right_after_a_hand_back(
     qwen_large: Server, qwen_small: Server
 ) -> None:
-    trace = "<think>\nWe add them up. Therefore, it is 3. So we are done here.\n</think>\n\nIt is 3."
+    trace = (
+        "<think>\nWe add them up. Therefore, it is 3. So we are done here.\n</think>\n\nIt is 3."
+    )
     async with RelaySwitcher(qwen_config(qwen_large, qwen_small, cooldown_tokens=5)) as relay:
         _, result = await run(relay, trace)
     assert result.text == trace
     # " So" is the first token after the hand-back: within the cooldown, no switch
     assert [s.ended_by for s in result.segments] == [
-        "cue", "sentence_end", "end_of_reasoning", "stop",
+        "cue",
+        "sentence_end",
+        "end_of_reasoning",
+        "stop",
     ]
 
 
@@ -166,7 +180,9 @@ async def test_small_endpoint_refusing_connections_mid_generation(
     assert result is not None and seen_small >= 1
     assert result.text == QWEN_TRACE  # the large model wrote the rest
     assert [(s.model, s.ended_by) for s in result.segments][:3] == [
-        ("large", "cue"), ("small", "sentence_end"), ("large", "cue"),
+        ("large", "cue"),
+        ("small", "sentence_end"),
+        ("large", "cue"),
     ]
     assert result.segments[3].ended_by == "failed"
     assert result.segments[-1].model == "large" and result.answer == "The answer is 12."
@@ -178,8 +194,9 @@ async def test_small_endpoint_refusing_with_raise_policy_keeps_partial_text(
     host, port = qwen_small.root.removeprefix("http://").split(":")
     async with TcpProxy(host, int(port)) as proxy:
         await proxy.refuse()
-        config = qwen_config(qwen_large, qwen_small, small_url=proxy.base_url,
-                             on_small_failure="raise")
+        config = qwen_config(
+            qwen_large, qwen_small, small_url=proxy.base_url, on_small_failure="raise"
+        )
         relay = RelaySwitcher(config)
         relay.endpoints["small"]._model_info = await relay.endpoints["large"].model_info()
         with pytest.raises(EndpointError) as caught:
@@ -216,8 +233,12 @@ async def test_continuation_segments_reuse_the_cached_prefix(
     qwen_large: Server, qwen_small: Server
 ) -> None:
     nonce = uuid.uuid4().hex  # first in the prompt: nothing of it is cached before this test
-    system = nonce + " You are a careful assistant. " + " ".join(
-        f"Rule {i}: show every step of the work and check each result twice." for i in range(30)
+    system = (
+        nonce
+        + " You are a careful assistant. "
+        + " ".join(
+            f"Rule {i}: show every step of the work and check each result twice." for i in range(30)
+        )
     )
     messages = [{"role": "system", "content": system}, *QUESTION]
     async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
@@ -236,18 +257,22 @@ async def test_continuation_segments_reuse_the_cached_prefix(
     assert result.usage["large"].cached_tokens >= 3 * full_blocks
 
 
-async def test_thinking_disabled_large_answers_alone(qwen_large: Server, qwen_small: Server) -> None:
+async def test_thinking_disabled_large_answers_alone(
+    qwen_large: Server, qwen_small: Server
+) -> None:
     answer = "Now the answer is 12. Therefore, we are done."
     async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
-        events, result = await run(
-            relay, answer, chat_template_kwargs={"enable_thinking": False}
-        )
-    assert [(s.model, s.phase, s.ended_by) for s in result.segments] == [("large", "answer", "stop")]
+        events, result = await run(relay, answer, chat_template_kwargs={"enable_thinking": False})
+    assert [(s.model, s.phase, s.ended_by) for s in result.segments] == [
+        ("large", "answer", "stop")
+    ]
     assert result.answer == answer and result.reasoning == ""
     assert {e.phase for e in events if isinstance(e, TextDelta)} == {"answer"}
 
 
-async def test_cancelling_cancels_the_upstream_request(qwen_large: Server, qwen_small: Server) -> None:
+async def test_cancelling_cancels_the_upstream_request(
+    qwen_large: Server, qwen_small: Server
+) -> None:
     config = qwen_config(qwen_large, qwen_small).model_copy(update={"cues": ["Zqxj"]})
     async with RelaySwitcher(config) as relay:
         got_text = asyncio.Event()

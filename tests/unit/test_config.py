@@ -31,8 +31,12 @@ def test_from_env_reads_nested_fields_and_ignores_foreign_variables() -> None:
 
 
 def test_bad_values_say_which_field() -> None:
-    env = {"RELAY_LARGE__BASE_URL": "u", "RELAY_LARGE__MODEL": "m",
-           "RELAY_SMALL__BASE_URL": "u", "RELAY_SMALL__MODEL": "m",
-           "RELAY_POLICY__MAX_SMALL_TOKENS": "0"}
+    env = {
+        "RELAY_LARGE__BASE_URL": "u",
+        "RELAY_LARGE__MODEL": "m",
+        "RELAY_SMALL__BASE_URL": "u",
+        "RELAY_SMALL__MODEL": "m",
+        "RELAY_POLICY__MAX_SMALL_TOKENS": "0",
+    }
     with pytest.raises(ValidationError, match="max_small_tokens"):
         RelayConfig.from_env(environ=env)

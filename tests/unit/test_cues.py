@@ -59,8 +59,27 @@ def test_most_specific_cue_is_reported() -> None:
 def test_stop_strings_fire_exactly_where_the_matcher_matches() -> None:
     """vLLM stops at the first stop string completed; the matcher must find the same place."""
     cues = CueSet.load("builtin:qwen3-32b--qwen3-1.7b")
-    words = ["So", "Now", "now", "know", "Nowhere", "Therefore", "Other", "Otherwise", "Also",
-             "also", "the", "x", "Thus", "Some", "so", "Similarly", "hence", "Hence", "Wait"]
+    words = [
+        "So",
+        "Now",
+        "now",
+        "know",
+        "Nowhere",
+        "Therefore",
+        "Other",
+        "Otherwise",
+        "Also",
+        "also",
+        "the",
+        "x",
+        "Thus",
+        "Some",
+        "so",
+        "Similarly",
+        "hence",
+        "Hence",
+        "Wait",
+    ]
     seps = [" ", ", ", ". ", "\n", ": ", "  "]
     rng = random.Random(7)
     for _ in range(3000):

@@ -21,7 +21,10 @@ def test_prompt_reasoning_mode(prompt: str, mode: PromptReasoning) -> None:
 
 
 def test_split_reasoning_each_mode() -> None:
-    assert split_reasoning("<think>\nr1\n</think>\n\nA", M, PromptReasoning.MODEL_OPENS) == ("r1", "A")
+    assert split_reasoning("<think>\nr1\n</think>\n\nA", M, PromptReasoning.MODEL_OPENS) == (
+        "r1",
+        "A",
+    )
     assert split_reasoning("Just A", M, PromptReasoning.MODEL_OPENS) == ("", "Just A")
     assert split_reasoning("r2\n</think>\nB", M, PromptReasoning.OPEN) == ("r2", "B")
     assert split_reasoning("unfinished", M, PromptReasoning.OPEN) == ("unfinished", "")
@@ -38,7 +41,9 @@ def _stream(releaser: Releaser, pieces: list[str]) -> tuple[str, list[str]]:
 
 def test_releaser_skips_opener_and_holds_back_a_split_closer() -> None:
     releaser = Releaser(0, opener="<think>", closer="</think>")
-    transcript, out = _stream(releaser, ["<th", "ink>", "\n", "Let", " me", " see.", " </", "think>"])
+    transcript, out = _stream(
+        releaser, ["<th", "ink>", "\n", "Let", " me", " see.", " </", "think>"]
+    )
     assert out == ["", "", "", "Let", " me", " see.", "", ""]
     assert releaser.closed_at == transcript.index("</think>")
     assert releaser.release(transcript, final=True) == ""

@@ -7,8 +7,15 @@ from relay_integrations.core import find_sentence_end, is_sentence_end
 
 @pytest.mark.parametrize(
     "text",
-    ["The sum is 4. ", "Is it 4? ", "Yes!\n", "So $x = 3$. ", "We get\n\\[x = 2\\]\n\n",
-     "It works.\n", "Done, etc. "],
+    [
+        "The sum is 4. ",
+        "Is it 4? ",
+        "Yes!\n",
+        "So $x = 3$. ",
+        "We get\n\\[x = 2\\]\n\n",
+        "It works.\n",
+        "Done, etc. ",
+    ],
 )
 def test_real_sentence_ends(text: str) -> None:
     assert is_sentence_end(text)
@@ -16,8 +23,17 @@ def test_real_sentence_ends(text: str) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["Use a rule, e.g. ", "That is, i.e. ", "See Fig. ", "Steps:\n1. ", "Let $x = 3. ",
-     "Then \\( a. ", "We have $$x = 1. ", "\\[ y. ", "as in Eq. "],
+    [
+        "Use a rule, e.g. ",
+        "That is, i.e. ",
+        "See Fig. ",
+        "Steps:\n1. ",
+        "Let $x = 3. ",
+        "Then \\( a. ",
+        "We have $$x = 1. ",
+        "\\[ y. ",
+        "as in Eq. ",
+    ],
 )
 def test_false_sentence_ends(text: str) -> None:
     assert not is_sentence_end(text)

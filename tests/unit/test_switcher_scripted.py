@@ -35,7 +35,7 @@ def make_config(server: ScriptedVLLM, **policy: object) -> RelayConfig:
         large=EndpointConfig(base_url=server.base_url, model="large", max_retries=2),
         small=EndpointConfig(base_url=server.base_url, model="small", max_retries=2),
         cues=list(CUES.cues),
-        policy=SwitchPolicy(**policy),  # type: ignore[arg-type]
+        policy=SwitchPolicy.model_validate(policy),
     )
 
 
@@ -60,7 +60,9 @@ async def test_segments_follow_the_method_and_text_is_the_trace() -> None:
         ("small", "stop", None),
     ]
     assert [s.text for s in result.segments[:4]] == [
-        "<think>\nLet me see. Therefore,", " the sum is 4.", " Then we go on. Now",
+        "<think>\nLet me see. Therefore,",
+        " the sum is 4.",
+        " Then we go on. Now",
         " we check e.g. the sum.",
     ]
     assert result.segments[3].usage.requests == 2
@@ -76,7 +78,9 @@ async def test_segments_follow_the_method_and_text_is_the_trace() -> None:
     # the small model's requests continue after the cue, never after a dangling space
     assert all(not r["prompt"].endswith(" ") for r in small.requests)
     total = result.usage["large"].completion_tokens + result.usage["small"].completion_tokens
-    assert result.stats.large_share == pytest.approx(result.usage["large"].completion_tokens / total)
+    assert result.stats.large_share == pytest.approx(
+        result.usage["large"].completion_tokens / total
+    )
     # every request of the generation carries the same session header value
     assert len(large.requests) == 3
 
@@ -108,7 +112,10 @@ async def test_small_endpoint_failing_hands_the_rest_to_the_large_model() -> Non
         result = await relay.generate(MESSAGES)
     assert result.text == TRACE
     assert [(s.model, s.ended_by) for s in result.segments] == [
-        ("large", "cue"), ("small", "failed"), ("large", "end_of_reasoning"), ("large", "stop"),
+        ("large", "cue"),
+        ("small", "failed"),
+        ("large", "end_of_reasoning"),
+        ("large", "stop"),
     ]
     assert result.usage["small"].completion_tokens == 0
 
@@ -148,9 +155,11 @@ async def test_budget_is_shared_by_all_segments() -> None:
 
 async def test_small_segment_cap_hands_back_mid_sentence() -> None:
     large, small = ScriptedModel("large", TRACE), ScriptedModel("small", TRACE)
-    async with ScriptedVLLM(large, small) as server:
-        async with RelaySwitcher(make_config(server, max_small_tokens=2)) as relay:
-            result = await relay.generate(MESSAGES)
+    async with (
+        ScriptedVLLM(large, small) as server,
+        RelaySwitcher(make_config(server, max_small_tokens=2)) as relay,
+    ):
+        result = await relay.generate(MESSAGES)
     assert result.text == TRACE
     assert result.segments[1].ended_by == "segment_cap"
     assert result.segments[1].text == " the sum"
@@ -226,8 +235,9 @@ async def test_concurrency_per_endpoint_is_bounded() -> None:
 
     async with ScriptedVLLM(large, small) as server:
         config = make_config(server).model_copy(
-            update={"large": EndpointConfig(base_url=server.base_url, model="large",
-                                            max_concurrency=3)}
+            update={
+                "large": EndpointConfig(base_url=server.base_url, model="large", max_concurrency=3)
+            }
         )
         async with RelaySwitcher(config) as relay:
             watcher = asyncio.create_task(watch())
@@ -254,10 +264,14 @@ async def test_reasoning_limit_closes_the_reasoning_and_leaves_room_to_answer() 
 
     large = ScriptedModel("large", TRACE)
     small = ScriptedModel("small", TRACE, respond=small_reply)
-    async with ScriptedVLLM(large, small) as server:
-        async with RelaySwitcher(make_config(server, max_reasoning_tokens=14)) as relay:
-            events, result = await collect(relay, sampling=SamplingConfig(max_tokens=40))
-    assert result.usage["large"].completion_tokens + result.segments[1].usage.completion_tokens == 14
+    async with (
+        ScriptedVLLM(large, small) as server,
+        RelaySwitcher(make_config(server, max_reasoning_tokens=14)) as relay,
+    ):
+        events, result = await collect(relay, sampling=SamplingConfig(max_tokens=40))
+    assert (
+        result.usage["large"].completion_tokens + result.segments[1].usage.completion_tokens == 14
+    )
     assert result.segments[1].ended_by == "reasoning_budget"
     assert result.text.endswith(" the sum is 4\n</think>\n\nThe answer is 4.")
     assert result.reasoning == "Let me see. Therefore, the sum is 4"

@@ -1,7 +1,12 @@
-"""Forcing a real (random) model to write a known text, so that cue positions are known.
+"""Forcing real models to write a known text, for tests and benchmarks.
 
-vLLM's structured outputs constrain each request to the rest of a planned trace; the
-switcher's stop strings then cut it exactly where the method says.
+vLLM's structured outputs constrain each request to the rest of a planned trace, so even a
+tiny random model writes it; the switcher's stop strings then cut it exactly where the method
+says, and the segments are known in advance::
+
+    trace = "<think>\nLet me see. Therefore, it is 4.\n</think>\n\nIt is 4."
+    result = await relay.generate(messages, request_hook=forcing(trace))
+    assert result.text == trace
 """
 
 from __future__ import annotations
@@ -9,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from relay_integrations.core.config import ModelRole
-from relay_integrations.core.generation import RequestHook
-from relay_integrations.core.result import Phase
+from .core.config import ModelRole
+from .core.generation import RequestHook
+from .core.result import Phase
 
 _META = set("\\.^$*+?{}[]|()")
 

