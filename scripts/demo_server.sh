@@ -45,14 +45,23 @@ serves_demo_names() {
     grep -Eq "\"id\": *\"large\"" <<<"$body" && grep -Eq "\"id\": *\"small\"" <<<"$body"
 }
 
+# The venv is ready when scripts/vllm_servers.sh marked it (.relay-vllm-ready) or when it was
+# made here (.installed).
+venv_ready() {
+    [[ -x "$VENV/bin/python" ]] && [[ -f "$VENV/.installed" || -f "$VENV/.relay-vllm-ready" ]]
+}
+
 ensure_venv() {
-    if [[ -f "$VENV/.installed" ]]; then
+    if venv_ready; then
         return
     fi
-    local t0=$SECONDS
-    if [[ -x "$REPO/scripts/vllm_servers.sh" ]] && grep -q 'setup-venv' "$REPO/scripts/vllm_servers.sh"; then
+    local t0=$SECONDS servers="$REPO/scripts/vllm_servers.sh"
+    if [[ -f "$servers" ]] && grep -Eq '^[[:space:]]*setup-venv\)' "$servers"; then
         say "setting up the vLLM venv at $VENV (scripts/vllm_servers.sh setup-venv) ..."
-        RELAY_VLLM_VENV="$VENV" "$REPO/scripts/vllm_servers.sh" setup-venv
+        RELAY_VLLM_VENV="$VENV" bash "$servers" setup-venv
+    elif [[ -f "$servers" ]] && grep -Eq '^[[:space:]]*setup\)' "$servers"; then
+        say "setting up the vLLM venv at $VENV (scripts/vllm_servers.sh setup) ..."
+        RELAY_VLLM_VENV="$VENV" bash "$servers" setup
     else
         say "setting up the vLLM venv at $VENV (about 2 min, 2.5 GB) ..."
         python3 -m venv "$VENV"
@@ -62,7 +71,7 @@ ensure_venv() {
         "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton || true
         touch "$VENV/.installed"
     fi
-    [[ -f "$VENV/.installed" ]] || die "venv setup did not finish ($VENV/.installed missing)"
+    venv_ready || die "venv setup did not finish ($VENV has no .installed / .relay-vllm-ready)"
     say "venv ready in $((SECONDS - t0)) s"
 }
 

@@ -87,8 +87,7 @@ WORKED_EXAMPLES: list[tuple[str, str, str]] = [
         "180",
     ),
     (
-        "Sara has 3 boxes with 4 apples in each box. She eats 2 apples. "
-        "How many apples are left?",
+        "Sara has 3 boxes with 4 apples in each box. She eats 2 apples. How many apples are left?",
         "Each box holds 4 apples, and there are 3 boxes.\n"
         "So she starts with 3 times 4, which is 12 apples.\n"
         "Then she eats 2 of them.\n"
@@ -264,9 +263,6 @@ def convert_weights(gguf: Path, out: Path) -> None:
     cfg.pop("quantization_config", None)
     cfg["dtype"] = "bfloat16"
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    # A base model ends a document with <eos> (id 1); no sampling defaults of its own.
-    gen = {"bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}
-    (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
 
 
 def build_tokenizer(gguf: Path, out: Path) -> None:
@@ -278,51 +274,90 @@ def build_tokenizer(gguf: Path, out: Path) -> None:
     tok.add_eos_token = False
     tok.chat_template = CHAT_TEMPLATE
     tok.model_max_length = 32768
-    tok.save_pretrained(str(out))
-    # Write the template next to the tokenizer too (transformers 5 reads chat_template.jinja).
+    tok.save_pretrained(str(out))  # tokenizer.json, tokenizer_config.json, chat_template.jinja
     cfg_path = out / "tokenizer_config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["add_bos_token"] = True
     cfg["add_eos_token"] = False
+    for key in ("is_local", "local_files_only"):
+        cfg.pop(key, None)
     cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
 
+    # End of sequence: <eos>, and the token that opens the next turn (see CHAT_TEMPLATE).
+    # vLLM adds every generation_config eos id to the stop token ids of each request; no
+    # sampling defaults are set here, so requests keep their own.
+    turn_ids = tok(TURN_START, add_special_tokens=False).input_ids
+    if len(turn_ids) != 1:
+        raise RuntimeError(f"{TURN_START!r} is not a single token: {turn_ids}")
+    gen = {
+        "bos_token_id": tok.bos_token_id,
+        "eos_token_id": [tok.eos_token_id, turn_ids[0]],
+        "pad_token_id": tok.pad_token_id,
+    }
+    (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
 
-def verify(out: Path) -> dict:
+
+def verify(out: Path) -> dict[str, object]:
     from transformers import AutoTokenizer
+
+    def check(ok: bool, what: str) -> None:
+        if not ok:
+            raise RuntimeError(f"verify: {what}")
 
     tok = AutoTokenizer.from_pretrained(str(out))
     ids = tok("Hello world").input_ids
-    if ids[0] != tok.bos_token_id or ids.count(tok.bos_token_id) != 1:
-        raise RuntimeError(f"tokenizer does not add exactly one <bos>: {ids}")
-    msgs = [{"role": "user", "content": "What is 2 + 3?"}]
-    prompt = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-    if not prompt.startswith("<bos>") or not prompt.endswith("<think>\n"):
-        raise RuntimeError(f"unexpected generation prompt: {prompt!r}")
-    # Rendering then encoding must not double <bos>.
-    enc = tok(prompt, add_special_tokens=False).input_ids
-    if enc.count(tok.bos_token_id) != 1 or enc[0] != tok.bos_token_id:
-        raise RuntimeError("the rendered prompt does not carry exactly one leading <bos>")
-    if tok.decode(enc) != prompt:
-        raise RuntimeError("the rendered prompt does not round-trip through the tokenizer")
-    # Continuing a partial assistant message extends the generation prompt verbatim.
-    partial = "<think>\nFirst, 2 plus 3"
-    cont = tok.apply_chat_template(
-        [*msgs, {"role": "assistant", "content": partial}],
-        tokenize=False,
-        continue_final_message=True,
+    check(ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1, f"one <bos>: {ids}")
+
+    def render(msgs: list[dict[str, str]], **kw: object) -> str:
+        return str(tok.apply_chat_template(msgs, tokenize=False, **kw))
+
+    q = [{"role": "user", "content": "What is 2 + 3?"}]
+    examples = render_worked_examples()
+    prompt = render(q, add_generation_prompt=True)
+    check(
+        prompt == f"<bos>{examples}{TURN_START}: What is 2 + 3?\n{LEAD}<think>\n",
+        f"generation prompt: {prompt!r}",
     )
-    if (
-        cont != prompt + partial[len("<think>\n") :]
-        and cont != prompt[: -len("<think>\n")] + partial
+    # Rendering then encoding must not double <bos>, and must round-trip.
+    enc = tok(prompt, add_special_tokens=False).input_ids
+    check(enc.count(tok.bos_token_id) == 1 and enc[0] == tok.bos_token_id, "one leading <bos>")
+    check(tok.decode(enc) == prompt, "the rendered prompt round-trips through the tokenizer")
+    # Without the worked examples; with a system preamble; thinking off.
+    bare = render(q, add_generation_prompt=True, worked_examples=False)
+    check(bare == f"<bos>{TURN_START}: What is 2 + 3?\n{LEAD}<think>\n", f"bare: {bare!r}")
+    sys_prompt = render(
+        [{"role": "system", "content": "Be brief."}, *q], add_generation_prompt=True
+    )
+    check(sys_prompt == "<bos>Be brief.\n\n" + prompt[len("<bos>") :], f"system: {sys_prompt!r}")
+    off = render(q, add_generation_prompt=True, enable_thinking=False)
+    check(off == prompt + "</think>\n\nAnswer:", f"enable_thinking=False: {off!r}")
+    # A partial assistant message continues the generation prompt exactly, with or without
+    # its opening <think>.
+    for partial in ("<think>\nFirst, 2 plus 3", "First, 2 plus 3"):
+        cont = render([*q, {"role": "assistant", "content": partial}], continue_final_message=True)
+        check(cont == prompt + "First, 2 plus 3", f"continue_final_message: {cont!r}")
+    # Earlier turns read like the worked examples.
+    turn = f"{TURN_START}: What is 2 + 3?\n{LEAD}<think>\nSo 5.\n</think>\n\nAnswer: 5\n\n"
+    nxt = f"{TURN_START}: And 3 + 4?\n{LEAD}<think>\n"
+    for assistant in (
+        {"role": "assistant", "content": "So 5.\n</think>\n\nAnswer: 5"},
+        {"role": "assistant", "content": "<think>\nSo 5.\n</think>\n\nAnswer: 5\n\n"},
+        {"role": "assistant", "content": "5", "reasoning": "So 5."},
+        {"role": "assistant", "content": "Answer: 5", "reasoning_content": "So 5.\n"},
     ):
-        raise RuntimeError(f"continue_final_message does not extend the prompt: {cont!r}")
-    report = {}
-    for text in ("<think>", "</think>", "\n</think>\n\n", "<think>\n"):
+        multi = render(
+            [*q, assistant, {"role": "user", "content": "And 3 + 4?"}], add_generation_prompt=True
+        )
+        check(multi == f"<bos>{examples}{turn}{nxt}", f"multi-turn {assistant}: {multi!r}")
+    report: dict[str, object] = {}
+    for text in ("<think>", "</think>", "\n</think>\n\n", "<think>\n", TURN_START):
         pieces = tok.convert_ids_to_tokens(tok(text, add_special_tokens=False).input_ids)
-        if tok.convert_tokens_to_string(pieces) != text:
-            raise RuntimeError(f"{text!r} does not round-trip: {pieces}")
+        check(tok.convert_tokens_to_string(pieces) == text, f"{text!r} round-trips: {pieces}")
         report[text] = pieces
-    report["think_is_single_token"] = tok.convert_tokens_to_ids("</think>") != tok.unk_token_id
+    report["</think> is one vocabulary entry"] = (
+        tok.convert_tokens_to_ids("</think>") != tok.unk_token_id
+    )
+    report["worked-example prompt tokens"] = len(enc)
     return report
 
 
@@ -372,8 +407,8 @@ def main(argv: list[str]) -> int:
 
     with Step("verify tokenizer and chat template"):
         report = verify(out)
-    for text, pieces in report.items():
-        log(f"  tokenization of {text!r}: {pieces}")
+    for key, value in report.items():
+        log(f"  {key!r}: {value}")
 
     shutil.rmtree(work, ignore_errors=True)
     marker.write_text(recipe)

@@ -130,16 +130,19 @@ class Generation:
         """
         endpoint, phase = self.endpoints[role], self.phase
         start, began = len(self.transcript), time.perf_counter()
-        usage, turn_tokens, resumes = ModelUsage(), 0, 0
+        usage, resumes = ModelUsage(), 0  # usage of this turn; its tokens count against `cap`
         ended: SegmentEnd | None = None
         try:
             while ended is None:
-                allowance = min(self.room(role), cap - turn_tokens if cap else self.room(role))
+                allowance = self.room(role)
+                if cap is not None:
+                    allowance = min(allowance, cap - usage.completion_tokens)
                 if allowance <= 0:
-                    ended = "segment_cap" if cap and turn_tokens >= cap else self._length()
+                    capped = cap is not None and usage.completion_tokens >= cap
+                    ended = "segment_cap" if capped else self._length()
                     break
                 request = self._request(
-                    role, allowance, stops(), min_tokens - turn_tokens, extra_body
+                    role, allowance, stops(), min_tokens - usage.completion_tokens, extra_body
                 )
                 finish: tuple[str | None, str | int | None] = (None, None)
                 pieces = 0
@@ -153,31 +156,22 @@ class Generation:
                         if piece.finish_reason is not None:
                             finish = (piece.finish_reason, piece.stop_reason)
                         if piece.completion_tokens is not None:
-                            usage.add(
+                            self._count(
+                                role,
+                                phase,
+                                usage,
                                 piece.prompt_tokens or 0,
                                 piece.cached_tokens or 0,
                                 piece.completion_tokens,
                             )
-                            self.usage[role].add(
-                                piece.prompt_tokens or 0,
-                                piece.cached_tokens or 0,
-                                piece.completion_tokens,
-                            )
-                            turn_tokens += piece.completion_tokens
-                            if phase == "reasoning":
-                                self.reasoning_tokens += piece.completion_tokens
                 except StreamInterrupted as broken:
-                    # The text that arrived stays; count its pieces as tokens, then resume.
-                    usage.add(0, 0, pieces)
-                    self.usage[role].add(0, 0, pieces)
-                    turn_tokens += pieces
-                    if phase == "reasoning":
-                        self.reasoning_tokens += pieces
+                    # The text that arrived stays (its pieces count as tokens); resume from it.
+                    self._count(role, phase, usage, 0, 0, pieces)
                     resumes += 1
                     if resumes > self.config.policy.max_resumes:
                         raise UpstreamFailure(role, broken.cause) from broken
                     continue
-                ended = decide(RequestEnd(finish[0], finish[1], turn_tokens))
+                ended = decide(RequestEnd(finish[0], finish[1], usage.completion_tokens))
                 if ended == "length":
                     ended = self._length()
         finally:
@@ -193,6 +187,21 @@ class Generation:
                     seconds=time.perf_counter() - began,
                 )
             )
+
+    def _count(
+        self,
+        role: ModelRole,
+        phase: Phase,
+        turn: ModelUsage,
+        prompt: int,
+        cached: int,
+        completion: int,
+    ) -> None:
+        """Add one request's usage to the turn, the model and the reasoning."""
+        turn.add(prompt, cached, completion)
+        self.usage[role].add(prompt, cached, completion)
+        if phase == "reasoning":
+            self.reasoning_tokens += completion
 
     def _length(self) -> SegmentEnd:
         """Why there is no room left: the reasoning limit, or the budget/context."""
