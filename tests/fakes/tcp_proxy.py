@@ -1,8 +1,8 @@
 """A loopback TCP proxy in front of a real server, for injecting network faults.
 
 ``refuse()`` closes the listener and every open connection (the next connect is refused);
-``cut_next_response(after_bytes)`` lets one upstream response through up to a byte count,
-then drops the connection mid-stream.
+``cut_next_response(after_bytes)`` lets the response to the next ``/v1/completions`` request
+through up to a byte count, then drops the connection mid-stream.
 """
 
 from __future__ import annotations
@@ -52,14 +52,19 @@ class TcpProxy:
             return
         self._writers.update((writer, up_writer))
 
+        armed: list[int] = []  # the cut this connection's next response gets
+
         async def pipe(
             src: asyncio.StreamReader, dst: asyncio.StreamWriter, downstream: bool
         ) -> None:
             sent, limit = 0, None
             with contextlib.suppress(OSError, asyncio.CancelledError):
                 while data := await src.read(4096):
-                    if downstream and limit is None and self._cut_after is not None:
-                        limit, self._cut_after = self._cut_after, None
+                    if not downstream and b"POST /v1/completions" in data and self._cut_after:
+                        armed.append(self._cut_after)
+                        self._cut_after = None
+                    if downstream and limit is None and armed:
+                        limit, sent = armed.pop(), 0  # counted from this response on
                     if limit is not None and sent + len(data) > limit:
                         dst.write(data[: limit - sent])
                         await dst.drain()

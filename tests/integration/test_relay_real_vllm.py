@@ -58,6 +58,10 @@ async def run(relay: RelaySwitcher, trace: str, messages=QUESTION, **options):
     return events, events[-1].result
 
 
+def _visible(text: str) -> str:
+    return text.replace("<think>", "").replace("</think>", "").strip()
+
+
 def check_stream_matches_result(events: list[object], result: RelayResult) -> None:
     deltas = [e for e in events if isinstance(e, TextDelta)]
     assert "".join(d.text for d in deltas if d.phase == "reasoning") == result.reasoning
@@ -65,7 +69,7 @@ def check_stream_matches_result(events: list[object], result: RelayResult) -> No
     assert [e.segment for e in events if isinstance(e, SegmentDone)] == result.segments
     # each delta is tagged with the model of the segment it belongs to, in order
     writers = [d.model for d in deltas]
-    segment_writers = [s.model for s in result.segments if s.text.strip()]
+    segment_writers = [s.model for s in result.segments if _visible(s.text)]
     collapsed = [m for i, m in enumerate(writers) if i == 0 or writers[i - 1] != m]
     assert collapsed == [
         m for i, m in enumerate(segment_writers) if i == 0 or segment_writers[i - 1] != m
@@ -193,18 +197,18 @@ async def test_small_endpoint_refusing_with_raise_policy_keeps_partial_text(
 ) -> None:
     host, port = qwen_small.root.removeprefix("http://").split(":")
     async with TcpProxy(host, int(port)) as proxy:
-        await proxy.refuse()
         config = qwen_config(
             qwen_large, qwen_small, small_url=proxy.base_url, on_small_failure="raise"
         )
-        relay = RelaySwitcher(config)
-        relay.endpoints["small"]._model_info = await relay.endpoints["large"].model_info()
-        with pytest.raises(EndpointError) as caught:
-            await relay.generate(QUESTION, request_hook=forcing(QWEN_TRACE))
-        await relay.aclose()
+        async with RelaySwitcher(config) as relay:
+            with pytest.raises(EndpointError) as caught:
+                async for event in relay.stream(QUESTION, request_hook=forcing(QWEN_TRACE)):
+                    if isinstance(event, SegmentDone):
+                        await proxy.refuse()  # gone before the small model's first request
     assert caught.value.role == "small"
     assert caught.value.partial is not None
     assert caught.value.partial.text == "<think>\nLet me compute the total. Therefore,"
+    assert caught.value.partial.finish_reason == "error"
 
 
 async def test_stream_cut_mid_segment_resumes(qwen_large: Server, qwen_small: Server) -> None:
