@@ -101,7 +101,7 @@ class Generation:
         return limit - self.reasoning_tokens
 
     def close_reasoning(self) -> None:
-        """End the reasoning on the relay's behalf (the reasoning limit was reached)."""
+        """End the reasoning on the model's behalf (reasoning limit, or it stopped unclosed)."""
         self.transcript = self.transcript.rstrip() + "\n" + self.config.markers.end
 
     def end_reasoning(self) -> None:

@@ -151,7 +151,10 @@ class RelaySwitcher:
                 ):
                     yield delta
                 ended = run.segments[-1].ended_by
-                state = _AFTER_LARGE.get(ended, "done")
+                if ended == "stop" and run.phase == "reasoning":
+                    state = "answer"  # it ended without closing the reasoning: answer anyway
+                else:
+                    state = _AFTER_LARGE.get(ended, "done")
             elif state == "small":
                 try:
                     async for delta in run.turn(
@@ -182,9 +185,9 @@ class RelaySwitcher:
                     if role == "large" or policy.on_small_failure == "raise":
                         raise
                     run.small_available, ended = False, "failed"
-            if ended == "reasoning_budget":
-                run.close_reasoning()
-            if ended in ("end_of_reasoning", "reasoning_budget"):
+            if state == "answer" and run.phase == "reasoning":  # the reasoning is over
+                if ended != "end_of_reasoning":
+                    run.close_reasoning()  # the model did not write the marker: the relay does
                 for delta in run.flush(run.segments[-1].model):
                     yield delta
                 run.end_reasoning()

@@ -279,3 +279,19 @@ async def test_reasoning_limit_closes_the_reasoning_and_leaves_room_to_answer() 
     assert "".join(e.text for e in events if isinstance(e, TextDelta) and e.phase == "answer") == (
         "The answer is 4."
     )
+
+
+async def test_reasoning_left_open_at_end_of_sequence_is_closed_and_answered() -> None:
+    def small_reply(prompt: str) -> str:
+        return "\n\nIt is 4." if prompt.endswith("</think>") else ""
+
+    large = ScriptedModel("large", "<think>\nLet me add two and two.")
+    small = ScriptedModel("small", "", respond=small_reply)
+    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
+        result = await relay.generate(MESSAGES)
+    assert [(s.model, s.ended_by) for s in result.segments] == [
+        ("large", "stop"),
+        ("small", "stop"),
+    ]
+    assert result.text == "<think>\nLet me add two and two.\n</think>\n\nIt is 4."
+    assert (result.reasoning, result.answer) == ("Let me add two and two.", "It is 4.")
