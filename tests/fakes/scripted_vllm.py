@@ -59,6 +59,8 @@ class ScriptedModel:
     respond: Callable[[str], str] | None = None
     faults: list[Fault] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    renders: int = 0
     active: int = 0
     _seen_prompts: list[list[str]] = field(default_factory=list)
 
@@ -145,6 +147,7 @@ class ScriptedVLLM:
         text = render_chat(body["messages"], thinking) if "messages" in body else body["prompt"]
         ids = self._ids(tokenize(text))
         model = self.models[body["model"]]
+        model.renders += 1
         return JSONResponse(
             {"count": len(ids), "max_model_len": model.max_model_len, "tokens": ids}
         )
@@ -159,6 +162,7 @@ class ScriptedVLLM:
         if model is None:
             return JSONResponse({"error": {"message": "model not found"}}, status_code=404)
         model.requests.append(body)
+        model.headers.append(dict(request.headers))
         fault = model.faults.pop(0) if model.faults else Fault()
         if fault.status is not None:
             return JSONResponse({"error": {"message": "injected"}}, fault.status, fault.headers)

@@ -10,9 +10,11 @@ import uuid
 import pytest
 
 from relay_integrations.core import (
+    ChatInput,
     CueSet,
     EndpointConfig,
     EndpointError,
+    JinjaChatTemplate,
     RelayConfig,
     RelayDone,
     RelayResult,
@@ -332,3 +334,23 @@ async def test_artifact_for_another_pair_is_refused(qwen_large: Server, qwen_sma
     async with RelaySwitcher(config) as relay:
         with pytest.raises(Exception, match="calibrated for large model 'Qwen/Qwen3-32B'"):
             await relay.generate(QUESTION)
+
+
+QWEN_JINJA = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+async def test_user_supplied_jinja_renderer(qwen_large: Server, qwen_small: Server) -> None:
+    """For servers without /tokenize: the same prompt text, rendered locally."""
+    config = qwen_config(qwen_large, qwen_small)
+    async with RelaySwitcher(config) as server_rendered:
+        chat = ChatInput(QUESTION)
+        expected = await server_rendered.renderer.render(server_rendered.endpoints["large"], chat)
+    async with RelaySwitcher(config, renderer=JinjaChatTemplate(QWEN_JINJA)) as relay:
+        rendered = await relay.renderer.render(relay.endpoints["large"], chat)
+        _, result = await run(relay, QWEN_TRACE)
+    assert rendered.text == expected.text
+    assert result.text == QWEN_TRACE
+    assert [s.ended_by for s in result.segments][-2:] == ["end_of_reasoning", "stop"]

@@ -81,8 +81,19 @@ async def test_segments_follow_the_method_and_text_is_the_trace() -> None:
     assert result.stats.large_share == pytest.approx(
         result.usage["large"].completion_tokens / total
     )
-    # every request of the generation carries the same session header value
-    assert len(large.requests) == 3
+    # rendered once per generation and model, not once per segment
+    assert (large.renders, small.renders) == (1, 1)
+    assert len(large.requests) == 3 and len(small.requests) == 4  # one false sentence end
+
+
+async def test_every_request_of_a_generation_carries_its_session_header() -> None:
+    large, small = ScriptedModel("large", TRACE), ScriptedModel("small", TRACE)
+    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
+        first = await relay.generate(MESSAGES)
+        second = await relay.generate(MESSAGES)
+    sessions = [h["x-session-id"] for h in large.headers + small.headers]
+    assert set(sessions) == {first.generation_id, second.generation_id}
+    assert sessions.count(first.generation_id) == len(sessions) // 2
 
 
 async def test_retries_honour_retry_after_then_succeed() -> None:
