@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import openai
 from pydantic import BaseModel
@@ -28,6 +28,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from .config import EndpointConfig, ModelRole
 from .errors import RelayError, ServerSetupError
 
+T = TypeVar("T")
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 MAX_RETRY_AFTER = 60.0
 
@@ -109,9 +110,7 @@ class Endpoint:
     async def model_info(self) -> ModelInfo:
         """The served model's record from ``/v1/models`` (fetched once, then cached)."""
         if self._model_info is None:
-            async for attempt in self._retrying():
-                with attempt:
-                    page = await self._client.models.list()
+            page = await self._with_retries(self._client.models.list)
             for model in page.data:
                 if model.id == self.config.model:
                     extra = model.model_extra or {}
@@ -132,10 +131,12 @@ class Endpoint:
     async def post_json(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST to a path at the server root (``/tokenize``, ``/detokenize``), with retries."""
         url = self.config.server_root + path
-        async for attempt in self._retrying():
-            with attempt:
-                async with self._slots:
-                    data = await self._client.post(url, body=dict(body), cast_to=object)
+
+        async def post() -> object:
+            async with self._slots:
+                return await self._client.post(url, body=dict(body), cast_to=object)
+
+        data = await self._with_retries(post)
         if not isinstance(data, dict):
             raise RelayError(f"{self.role} endpoint {url} answered {type(data).__name__}, not JSON")
         return data
@@ -143,7 +144,7 @@ class Endpoint:
     async def stream_completion(self, request: CompletionRequest) -> AsyncIterator[StreamPiece]:
         """Stream one completion. Retries until the first piece; see the module docstring."""
         async with self._slots:
-            stream, chunks, chunk = await self._open_until_first_chunk(request)
+            stream, chunks, chunk = await self._with_retries(lambda: self._open(request))
             async with stream:
                 received = ""
                 try:
@@ -157,32 +158,20 @@ class Endpoint:
                 except Exception as exc:  # httpx/httpx2 transport errors differ by openai version
                     raise StreamInterrupted(self.role, received, exc) from exc
 
-    async def _open_until_first_chunk(
-        self, request: CompletionRequest
-    ) -> tuple[openai.AsyncStream[Any], AsyncIterator[Any], Any]:
+    async def _with_retries(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Run `call`, retrying what may pass; a final failure becomes UpstreamFailure."""
         try:
             async for attempt in self._retrying():
                 with attempt:
-                    stream = await self._open(request)
-                    chunks = aiter(stream)
-                    try:
-                        return stream, chunks, await anext(chunks, None)
-                    except BaseException:
-                        await stream.close()
-                        raise
-        except openai.BadRequestError as refused:
-            if "body.stop" in str(refused.message) and "at most" in str(refused.message):
-                raise ServerSetupError(
-                    f"the {self.role} vLLM server at {self.config.base_url} refuses "
-                    f"{len(request.stop)} stop strings (vLLM allows 4 unless told otherwise). "
-                    "Restart it with the environment variable VLLM_MAX_STOP_STRINGS=1024."
-                ) from None
-            raise UpstreamFailure(self.role, refused) from refused
-        except openai.APIError as final:  # not retryable, e.g. 401
+                    return await call()
+        except openai.APIError as final:  # not retryable, e.g. 400 or 401
             raise UpstreamFailure(self.role, final) from final
         raise AssertionError("unreachable: tenacity either returns or raises")
 
-    async def _open(self, request: CompletionRequest) -> openai.AsyncStream[Any]:
+    async def _open(
+        self, request: CompletionRequest
+    ) -> tuple[openai.AsyncStream[Any], AsyncIterator[Any], Any]:
+        """Open the stream and read its first chunk (what a retry may repeat)."""
         extra_body: dict[str, Any] = {
             **self.config.extra_body,
             "include_stop_str_in_output": True,
@@ -193,19 +182,34 @@ class Endpoint:
             extra_body["top_k"] = request.top_k
         if request.min_tokens:
             extra_body["min_tokens"] = request.min_tokens
-        return await self._client.completions.create(
-            model=self.config.model,
-            prompt=request.prompt,
-            max_tokens=request.max_tokens,
-            temperature=request.temperature,
-            top_p=request.top_p,
-            seed=request.seed,
-            stop=list(request.stop) or None,
-            stream=True,
-            stream_options={"include_usage": True},
-            extra_body=extra_body,
-            extra_headers=dict(request.headers),
-        )
+        try:
+            stream = await self._client.completions.create(
+                model=self.config.model,
+                prompt=request.prompt,
+                max_tokens=request.max_tokens,
+                temperature=request.temperature,
+                top_p=request.top_p,
+                seed=request.seed,
+                stop=list(request.stop) or None,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body=extra_body,
+                extra_headers=dict(request.headers),
+            )
+        except openai.BadRequestError as refused:
+            if "body.stop" in str(refused.message) and "at most" in str(refused.message):
+                raise ServerSetupError(
+                    f"the {self.role} vLLM server at {self.config.base_url} refuses "
+                    f"{len(request.stop)} stop strings (vLLM allows 4 unless told otherwise). "
+                    "Restart it with the environment variable VLLM_MAX_STOP_STRINGS=1024."
+                ) from None
+            raise
+        chunks = aiter(stream)
+        try:
+            return stream, chunks, await anext(chunks, None)
+        except BaseException:
+            await stream.close()
+            raise
 
     def _retrying(self) -> AsyncRetrying:
         return AsyncRetrying(

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import openai
 
-from .endpoint import Endpoint
+from .endpoint import Endpoint, UpstreamFailure
 from .errors import RenderError
 
 Message = dict[str, Any]
@@ -67,15 +67,17 @@ class ServerChatTemplate:
             detokenized = await endpoint.post_json(
                 "/detokenize", {"model": endpoint.config.model, "tokens": tokens}
             )
-        except openai.NotFoundError:
-            raise RenderError(
-                f"{endpoint.role} endpoint {endpoint.config.server_root} has no /tokenize; "
-                "it is not vLLM. Pass renderer=JinjaChatTemplate(<its chat template>)."
-            ) from None
-        except openai.BadRequestError as exc:
-            raise RenderError(
-                f"{endpoint.role} endpoint could not render the chat: {exc.message}"
-            ) from None
+        except UpstreamFailure as failure:
+            if isinstance(failure.cause, openai.NotFoundError):
+                raise RenderError(
+                    f"{endpoint.role} endpoint {endpoint.config.server_root} has no /tokenize; "
+                    "it is not vLLM. Pass renderer=JinjaChatTemplate(<its chat template>)."
+                ) from None
+            if isinstance(failure.cause, openai.BadRequestError):
+                raise RenderError(
+                    f"{endpoint.role} endpoint could not render the chat: {failure.cause.message}"
+                ) from None
+            raise
         return RenderedPrompt(text=detokenized["prompt"], token_count=len(tokens))
 
 

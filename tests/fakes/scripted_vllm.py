@@ -56,6 +56,7 @@ class ScriptedModel:
     trace: str
     max_model_len: int = 4096
     token_delay: float = 0.0
+    max_stop_strings: int | None = None  # vLLM's VLLM_MAX_STOP_STRINGS (4 by default there)
     respond: Callable[[str], str] | None = None
     faults: list[Fault] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -163,6 +164,14 @@ class ScriptedVLLM:
             return JSONResponse({"error": {"message": "model not found"}}, status_code=404)
         model.requests.append(body)
         model.headers.append(dict(request.headers))
+        stops = body.get("stop") or []
+        if model.max_stop_strings is not None and len(stops) > model.max_stop_strings:
+            message = (  # what vLLM 0.32 answers
+                f"1 validation error:\n  {{'type': 'too_long', 'loc': 'body.stop', 'msg': 'List "
+                f"should have at most {model.max_stop_strings} items after validation, not "
+                f"{len(stops)}'}}"
+            )
+            return JSONResponse({"error": {"message": message, "type": "BadRequestError"}}, 400)
         fault = model.faults.pop(0) if model.faults else Fault()
         if fault.status is not None:
             return JSONResponse({"error": {"message": "injected"}}, fault.status, fault.headers)

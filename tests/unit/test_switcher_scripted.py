@@ -17,6 +17,7 @@ from relay_integrations.core import (
     RelaySwitcher,
     SamplingConfig,
     SegmentDone,
+    ServerSetupError,
     SwitchPolicy,
     TextDelta,
 )
@@ -306,3 +307,12 @@ async def test_reasoning_left_open_at_end_of_sequence_is_closed_and_answered() -
     ]
     assert result.text == "<think>\nLet me add two and two.\n</think>\n\nIt is 4."
     assert (result.reasoning, result.answer) == ("Let me add two and two.", "It is 4.")
+
+
+async def test_a_server_refusing_many_stop_strings_is_reported_with_the_fix() -> None:
+    large = ScriptedModel("large", TRACE, max_stop_strings=4)
+    small = ScriptedModel("small", TRACE)
+    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
+        with pytest.raises(ServerSetupError, match="VLLM_MAX_STOP_STRINGS=1024"):
+            await relay.generate(MESSAGES)
+    assert len(large.requests) == 1  # not retried: retrying cannot fix it
