@@ -316,34 +316,9 @@ def _bpe_two_parts(ranks: dict[bytes, int], token: bytes, max_rank: int) -> tupl
     return parts[0], parts[1]
 
 
-def build_qwen3_backend():
-    """A `tokenizers.Tokenizer` equal to Qwen3's tokenizer.json."""
-    from tokenizers import (
-        AddedToken,
-        Regex,
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        processors,
-    )
-
-    ranks = load_tiktoken_ranks(qwen_ranks_path())
-    if sorted(ranks.values()) != list(range(len(ranks))) or len(ranks) != QWEN3_FIRST_ADDED_ID:
-        raise RuntimeError("unexpected qwen.tiktoken ranks")
-    b2u = bytes_to_unicode()
-
-    def enc(b: bytes) -> str:
-        return "".join(b2u[x] for x in b)
-
-    vocab = {enc(tok): rank for tok, rank in ranks.items()}
-    merges: list[tuple[str, str]] = []
-    for tok, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
-        if len(tok) < 2:
-            continue
-        a, b = _bpe_two_parts(ranks, tok, rank)
-        merges.append((enc(a), enc(b)))
+def byte_level_bpe(vocab: dict[str, int], merges: list[tuple[str, str]]) -> Any:
+    """A byte-level BPE tokenizer with Qwen's pre-tokenizer (Qwen3 and R1-Distill share it)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
     tk = Tokenizer(
         models.BPE(
@@ -366,12 +341,14 @@ def build_qwen3_backend():
         ]
     )
     tk.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    tk.post_processor = processors.ByteLevel(
-        add_prefix_space=False, trim_offsets=False, use_regex=False
-    )
+    return tk
 
-    for i, (content, special) in enumerate(QWEN3_ADDED_TOKENS):
-        want = QWEN3_FIRST_ADDED_ID + i
+
+def add_tokens(tk: Any, added: list[tuple[int, str, bool]]) -> None:
+    """Add (id, text, special) tokens in order, checking that each gets its id."""
+    from tokenizers import AddedToken
+
+    for want, content, special in added:
         tok = AddedToken(
             content,
             single_word=False,
@@ -387,6 +364,39 @@ def build_qwen3_backend():
         got = tk.token_to_id(content)
         if got != want:
             raise RuntimeError(f"{content} got id {got}, want {want}")
+
+
+def build_qwen3_backend():
+    """A `tokenizers.Tokenizer` equal to Qwen3's tokenizer.json."""
+    from tokenizers import processors
+
+    ranks = load_tiktoken_ranks(qwen_ranks_path())
+    if sorted(ranks.values()) != list(range(len(ranks))) or len(ranks) != QWEN3_FIRST_ADDED_ID:
+        raise RuntimeError("unexpected qwen.tiktoken ranks")
+    b2u = bytes_to_unicode()
+
+    def enc(b: bytes) -> str:
+        return "".join(b2u[x] for x in b)
+
+    vocab = {enc(tok): rank for tok, rank in ranks.items()}
+    merges: list[tuple[str, str]] = []
+    for tok, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        if len(tok) < 2:
+            continue
+        a, b = _bpe_two_parts(ranks, tok, rank)
+        merges.append((enc(a), enc(b)))
+
+    tk = byte_level_bpe(vocab, merges)
+    tk.post_processor = processors.ByteLevel(
+        add_prefix_space=False, trim_offsets=False, use_regex=False
+    )
+    add_tokens(
+        tk,
+        [
+            (QWEN3_FIRST_ADDED_ID + i, c, special)
+            for i, (c, special) in enumerate(QWEN3_ADDED_TOKENS)
+        ],
+    )
     return tk
 
 
@@ -502,16 +512,6 @@ GGUF_NORMAL, GGUF_CONTROL, GGUF_USER_DEFINED, GGUF_UNUSED = 1, 3, 4, 5
 
 
 def build_r1_tokenizer():
-    from tokenizers import (
-        AddedToken,
-        Regex,
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-    )
-
     meta = read_gguf_metadata(r1_gguf_path())
     if meta["tokenizer.ggml.model"] != "gpt2":
         raise RuntimeError("expected a byte-level BPE (gpt2) tokenizer in the GGUF")
@@ -531,43 +531,8 @@ def build_r1_tokenizer():
             raise RuntimeError(f"unexpected token type {types[i]} for {tokens[i]!r}")
         added.append((i, tokens[i], types[i] == GGUF_CONTROL))
 
-    tk = Tokenizer(
-        models.BPE(
-            vocab=vocab,
-            merges=merges,
-            dropout=None,
-            unk_token=None,
-            continuing_subword_prefix="",
-            end_of_word_suffix="",
-            fuse_unk=False,
-            byte_fallback=False,
-            ignore_merges=False,
-        )
-    )
-    tk.normalizer = normalizers.NFC()
-    tk.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(QWEN_PAT), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
-        ]
-    )
-    tk.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    for want, content, special in added:
-        tok = AddedToken(
-            content,
-            single_word=False,
-            lstrip=False,
-            rstrip=False,
-            normalized=False,
-            special=special,
-        )
-        if special:
-            tk.add_special_tokens([tok])
-        else:
-            tk.add_tokens([tok])
-        got = tk.token_to_id(content)
-        if got != want:
-            raise RuntimeError(f"{content} got id {got}, want {want}")
+    tk = byte_level_bpe(vocab, merges)
+    add_tokens(tk, added)
 
     bos = tokens[int(meta["tokenizer.ggml.bos_token_id"])]
     eos = tokens[int(meta["tokenizer.ggml.eos_token_id"])]
