@@ -24,7 +24,7 @@ from relay_integrations.core import (
     SwitchPolicy,
     TextDelta,
 )
-from relay_integrations.testing import forcing
+from relay_integrations.testing import forcing, regex_literal
 from tests.fakes.tcp_proxy import TcpProxy
 
 from .conftest import Server, running_requests
@@ -32,8 +32,8 @@ from .conftest import Server, running_requests
 pytestmark = pytest.mark.vllm
 
 QWEN_TRACE = (
-    "<think>\nLet me compute the total. Therefore, the sum is 12. Now we check e.g. the parts."
-    " So the check holds.\n</think>\n\nThe answer is 12."
+    "<think>\nLet me compute the total. Therefore, the sum is 12. Now we check e.g. the parts"
+    " $a. b$ and 3.5 too. So the check holds.\n</think>\n\nThe answer is 12."
 )
 CUES = CueSet.from_list(["Therefore,", "Now", "So "])
 QUESTION = [{"role": "user", "content": "What is 5 + 7?"}]
@@ -96,13 +96,14 @@ async def test_qwen_relay_segments_writers_and_text(qwen_large: Server, qwen_sma
         "<think>\nLet me compute the total. Therefore,",
         " the sum is 12.",
         " Now",
-        " we check e.g. the parts.",
+        " we check e.g. the parts $a. b$ and 3.5 too.",
         " So",
         " the check holds.",
         "\n</think>",
         "\n\nThe answer is 12.",
     ]
-    assert result.segments[3].usage.requests == 2  # "e.g. " is not the end of the sentence
+    # neither "e.g. " nor "a. " inside LaTeX math ends the sentence (3.5 never stops it)
+    assert result.segments[3].usage.requests == 3
     assert result.reasoning.startswith("Let me compute") and result.reasoning.endswith("holds.")
     assert result.answer == "The answer is 12."
     assert result.finish_reason == "stop"
@@ -111,7 +112,7 @@ async def test_qwen_relay_segments_writers_and_text(qwen_large: Server, qwen_sma
     small_tokens = result.usage["small"].completion_tokens
     assert large_tokens > 0 and small_tokens > 0
     assert result.stats.large_share == pytest.approx(large_tokens / (large_tokens + small_tokens))
-    assert result.usage["large"].requests == 4 and result.usage["small"].requests == 5
+    assert result.usage["large"].requests == 4 and result.usage["small"].requests == 6
     check_stream_matches_result(events, result)
 
 
@@ -354,3 +355,57 @@ async def test_user_supplied_jinja_renderer(qwen_large: Server, qwen_small: Serv
     assert rendered.text == expected.text
     assert result.text == QWEN_TRACE
     assert [s.ended_by for s in result.segments][-2:] == ["end_of_reasoning", "stop"]
+
+
+@pytest.mark.parametrize("allowed", [False, True])
+async def test_small_model_ending_the_reasoning(
+    qwen_large: Server, qwen_small: Server, allowed: bool
+) -> None:
+    trace = "<think>\nLet me see. Therefore, x is 2.\n</think>\n\nIt is 2."
+    small_text = " x is 2</think>\n\nTwo."
+    forced_trace = forcing(trace)
+
+    def hook(role, phase, transcript):
+        if role == "small" and phase == "reasoning":
+            return {"structured_outputs": {"regex": regex_literal(small_text)}}
+        if role == "small" and allowed:  # the answer after the small model's own </think>
+            return {"structured_outputs": {"regex": regex_literal("\n\nTwo.")}}
+        return forced_trace(role, phase, transcript)
+
+    config = qwen_config(qwen_large, qwen_small, small_may_end_reasoning=allowed)
+    async with RelaySwitcher(config) as relay:
+        result = await relay.generate(QUESTION, request_hook=hook)
+    ends = [(s.model, s.ended_by) for s in result.segments]
+    if allowed:
+        assert ends == [("large", "cue"), ("small", "end_of_reasoning"), ("small", "stop")]
+        assert (result.reasoning, result.answer) == ("Let me see. Therefore, x is 2", "Two.")
+    else:
+        assert ends == [
+            ("large", "cue"),
+            ("small", "small_ended_reasoning"),
+            ("large", "end_of_reasoning"),
+            ("small", "stop"),
+        ]
+        assert result.text == trace  # the small model's </think> was dropped
+        assert (result.reasoning, result.answer) == ("Let me see. Therefore, x is 2.", "It is 2.")
+
+
+async def test_tools_and_template_kwargs_reach_the_rendered_prompt(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather of a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+    async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
+        chat = ChatInput(QUESTION, tools=[tool])
+        rendered = await relay.renderer.render(relay.endpoints["small"], chat)
+        _, result = await run(relay, QWEN_TRACE, tools=[tool])
+    assert "<tools>" in rendered.text and "get_weather" in rendered.text
+    assert rendered.token_count is not None and rendered.token_count > 100
+    assert result.text == QWEN_TRACE
+    assert result.segments[0].usage.prompt_tokens >= rendered.token_count
