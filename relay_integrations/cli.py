@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
@@ -22,13 +21,11 @@ from typing import Any, TextIO
 from pydantic import ValidationError
 
 from .core import (
-    EndpointConfig,
     RelayConfig,
     RelayDone,
     RelayError,
     RelayResult,
     RelaySwitcher,
-    SamplingConfig,
     TextDelta,
 )
 from .core.config import ModelRole
@@ -50,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for role in ("large", "small"):
         generate.add_argument(f"--{role}-url", help=f"OpenAI base URL of the {role} vLLM server")
         generate.add_argument(f"--{role}-model", help=f"served name of the {role} model")
-    generate.add_argument("--cues", help="cue artifact path or builtin:NAME")
+    generate.add_argument("--cues", help="cue artifact path, builtin:NAME, or a JSON list of cues")
     generate.add_argument(
         "--allow-model-mismatch",
         action="store_true",
@@ -81,34 +78,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _config_from(args: argparse.Namespace) -> RelayConfig:
-    base = RelayConfig.from_env().model_dump() if _env_complete() else {}
+    """The environment's configuration (RELAY_*), with the command line's options on top."""
+    values = RelayConfig.env_values()
     for role in ("large", "small"):
-        url, model = getattr(args, f"{role}_url"), getattr(args, f"{role}_model")
-        endpoint = dict(base.get(role) or {})
-        if url:
-            endpoint["base_url"] = url
-        if model:
-            endpoint["model"] = model
-        if "base_url" not in endpoint or "model" not in endpoint:
-            raise RelayError(
-                f"no {role} endpoint: pass --{role}-url and --{role}-model "
-                f"(or set RELAY_{role.upper()}__BASE_URL and RELAY_{role.upper()}__MODEL)"
-            )
-        base[role] = EndpointConfig.model_validate(endpoint)
+        endpoint = values.setdefault(role, {})
+        for option, field in (("url", "base_url"), ("model", "model")):
+            if getattr(args, f"{role}_{option}"):
+                endpoint[field] = getattr(args, f"{role}_{option}")
+            if field not in endpoint:
+                raise RelayError(
+                    f"no {role} endpoint: pass --{role}-url and --{role}-model "
+                    f"(or set RELAY_{role.upper()}__BASE_URL and RELAY_{role.upper()}__MODEL)"
+                )
     if args.cues:
-        base["cues"] = args.cues
+        values["cues"] = json.loads(args.cues) if args.cues.lstrip()[:1] == "[" else args.cues
     if args.allow_model_mismatch:
-        base["allow_model_mismatch"] = True
-    sampling = dict(base.get("sampling") or {})
+        values["allow_model_mismatch"] = True
+    sampling = values.setdefault("sampling", {})
     for key in ("max_tokens", "temperature", "seed"):
         if getattr(args, key) is not None:
             sampling[key] = getattr(args, key)
-    base["sampling"] = SamplingConfig.model_validate(sampling)
-    return RelayConfig.model_validate(base)
-
-
-def _env_complete() -> bool:
-    return all(f"RELAY_{r}__{f}" in os.environ for r in ("LARGE", "SMALL") for f in ("BASE_URL",))
+    return RelayConfig.model_validate(values)
 
 
 async def _generate(config: RelayConfig, args: argparse.Namespace) -> RelayResult:

@@ -153,6 +153,13 @@ class RelayConfig(_Frozen):
         ``RELAY_CUES`` may also be a JSON list of cues. Keyword overrides win over the
         environment.
         """
+        return cls.model_validate({**cls.env_values(prefix, environ), **overrides})
+
+    @classmethod
+    def env_values(
+        cls, prefix: str = "RELAY_", environ: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """The raw, not yet validated, nested values that :meth:`from_env` reads."""
         env = os.environ if environ is None else environ
         data: dict[str, Any] = {}
         for key, raw in env.items():
@@ -165,9 +172,7 @@ class RelayConfig(_Frozen):
             for part in path[:-1]:
                 target = target.setdefault(part, {})
             target[path[-1]] = _parse_env_value(raw)
-        for key, value in overrides.items():
-            data[key] = value
-        return cls.model_validate(data)
+        return data
 
 
 def _parse_env_value(raw: str) -> Any:
