@@ -56,7 +56,6 @@ class Releaser:
         self.opener = opener
         self.closer = closer
         self.started = False
-        self.closed_at: int | None = None
 
     def release(self, transcript: str, final: bool = False) -> str:
         self.pos = min(self.pos, len(transcript))
@@ -66,7 +65,6 @@ class Releaser:
         if self.closer is not None:
             found = transcript.find(self.closer, max(self.pos - len(self.closer), 0))
             if found != -1 and found >= self.pos:
-                self.closed_at = found
                 end = found
                 final = True
             elif not final:

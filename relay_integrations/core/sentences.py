@@ -33,13 +33,10 @@ ABBREVIATIONS = frozenset(
         "prof",
         "approx",
         "resp",
-        "no",
         "al",
-        "st",
-        "sec",
-        "ch",
     }
 )
+"""Words whose dot does not end a sentence (lower case). Not "etc" or "no": they often do."""
 
 _WORD_BEFORE_DOT = re.compile(r"(\S+)\.$")
 _LIST_MARKER = re.compile(r"(?:^|\n)[ \t]*(?:\d+|[a-zA-Z]|[ivxIVX]+)\.$")

@@ -15,6 +15,8 @@ from relay_integrations.core import find_sentence_end, is_sentence_end
         "We get\n\\[x = 2\\]\n\n",
         "It works.\n",
         "Done, etc. ",
+        "Is 9 prime? No. ",
+        "The answer is no. ",
     ],
 )
 def test_real_sentence_ends(text: str) -> None:
