@@ -32,7 +32,7 @@ from .endpoint import Endpoint, UpstreamFailure
 from .errors import CueArtifactError, EndpointError
 from .generation import Decide, Generation, RequestEnd, RequestHook
 from .reasoning import PromptReasoning
-from .rendering import ChatInput, Message, PromptRenderer, ServerChatTemplate
+from .rendering import ChatInput, Message, PromptRenderer, RenderedPrompt, ServerChatTemplate
 from .result import RelayDone, RelayEvent, RelayResult, SegmentDone, SegmentEnd
 from .sentences import SENTENCE_STOPS, is_sentence_end
 
@@ -66,8 +66,6 @@ class RelaySwitcher:
             "large": Endpoint(config.large, "large"),
             "small": Endpoint(config.small, "small"),
         }
-        self._context_windows: dict[ModelRole, int | None] | None = None
-        self._checking = asyncio.Lock()
 
     async def __aenter__(self) -> RelaySwitcher:
         return self
@@ -109,23 +107,29 @@ class RelaySwitcher:
         partial result, when an endpoint fails beyond what the policy absorbs.
         """
         chat = ChatInput(list(messages), tools, dict(chat_template_kwargs or {}))
-        try:
-            windows = await self._context_windows_checked()
-            large, small = await asyncio.gather(
-                self.renderer.render(self.endpoints["large"], chat),
-                self.renderer.render(self.endpoints["small"], chat),
-            )
-        except UpstreamFailure as failure:
-            raise EndpointError(failure.role, str(failure.cause)) from failure
+        large, small = await asyncio.gather(
+            self._prepare("large", chat), self._prepare("small", chat), return_exceptions=True
+        )
+        prepared: dict[ModelRole, tuple[RenderedPrompt, int | None]] = {}
+        roles: tuple[ModelRole, ModelRole] = ("large", "small")
+        for role, outcome in zip(roles, (large, small), strict=True):
+            if isinstance(outcome, UpstreamFailure):
+                if role == "small" and self.config.policy.on_small_failure == "use_large":
+                    continue  # unreachable small model: the large one writes everything
+                raise EndpointError(role, str(outcome.cause)) from outcome
+            if isinstance(outcome, BaseException):
+                raise outcome
+            prepared[role] = outcome
         run = Generation(
             generation_id=f"relay-{uuid.uuid4().hex}",
             config=self.config,
             endpoints=self.endpoints,
-            prompts={"large": large, "small": small},
-            context_windows=windows,
+            prompts={role: prompt for role, (prompt, _) in prepared.items()},
+            context_windows={role: window for role, (_, window) in prepared.items()},
             sampling=sampling or self.config.sampling,
             request_hook=request_hook,
         )
+        run.small_available = "small" in prepared
         try:
             async for event in self._relay(run, stop, answer_extra_body or {}):
                 yield event
@@ -250,26 +254,19 @@ class RelaySwitcher:
         )
         return role if run.small_available else "large"
 
-    async def _context_windows_checked(self) -> dict[ModelRole, int | None]:
-        """Fetch both models' records once; check the cue set was made for this pair."""
-        async with self._checking:
-            if self._context_windows is None:
-                large, small = await asyncio.gather(
-                    self.endpoints["large"].model_info(), self.endpoints["small"].model_info()
+    async def _prepare(self, role: ModelRole, chat: ChatInput) -> tuple[RenderedPrompt, int | None]:
+        """The model's prompt and context window; checks the cue set was made for this model."""
+        endpoint = self.endpoints[role]
+        info = await endpoint.model_info()  # fetched once per endpoint, then cached
+        pair = self.cues.model_pair
+        if pair is not None and not self.config.allow_model_mismatch:
+            identity = pair.large if role == "large" else pair.small
+            served = info.root or info.id
+            if not (identity.matches(served) or identity.matches(info.id)):
+                raise CueArtifactError(
+                    self.cues.source,
+                    f"calibrated for {role} model {identity.model!r}, but the {role} endpoint "
+                    f"serves {served!r}. Calibrate this pair (relaygen calibrate) or set "
+                    "allow_model_mismatch=True to use it anyway.",
                 )
-                pair = self.cues.model_pair
-                if pair is not None and not self.config.allow_model_mismatch:
-                    for role, identity, info in (
-                        ("large", pair.large, large),
-                        ("small", pair.small, small),
-                    ):
-                        served = info.root or info.id
-                        if not (identity.matches(served) or identity.matches(info.id)):
-                            raise CueArtifactError(
-                                self.cues.source,
-                                f"calibrated for {role} model {identity.model!r}, but the {role} "
-                                f"endpoint serves {served!r}. Calibrate this pair (relaygen "
-                                "calibrate) or set allow_model_mismatch=True to use it anyway.",
-                            )
-                self._context_windows = {"large": large.max_model_len, "small": small.max_model_len}
-            return self._context_windows
+        return await self.renderer.render(endpoint, chat), info.max_model_len

@@ -409,3 +409,18 @@ async def test_tools_and_template_kwargs_reach_the_rendered_prompt(
     assert rendered.token_count is not None and rendered.token_count > 100
     assert result.text == QWEN_TRACE
     assert result.segments[0].usage.prompt_tokens >= rendered.token_count
+
+
+async def test_small_endpoint_down_from_the_start_large_writes_everything(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    host, port = qwen_small.root.removeprefix("http://").split(":")
+    async with TcpProxy(host, int(port)) as proxy:
+        await proxy.refuse()
+        async with RelaySwitcher(
+            qwen_config(qwen_large, qwen_small, small_url=proxy.base_url)
+        ) as relay:
+            _, result = await run(relay, QWEN_TRACE)
+    assert result.text == QWEN_TRACE
+    assert {s.model for s in result.segments} == {"large"}
+    assert result.stats.large_share == 1.0 and result.answer == "The answer is 12."

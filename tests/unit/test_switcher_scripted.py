@@ -316,3 +316,27 @@ async def test_a_server_refusing_many_stop_strings_is_reported_with_the_fix() ->
         with pytest.raises(ServerSetupError, match="VLLM_MAX_STOP_STRINGS=1024"):
             await relay.generate(MESSAGES)
     assert len(large.requests) == 1  # not retried: retrying cannot fix it
+
+
+@pytest.mark.parametrize("policy", ["use_large", "raise"])
+async def test_small_endpoint_down_from_the_start(policy: str) -> None:
+    large, small = ScriptedModel("large", TRACE), ScriptedModel("small", TRACE)
+    async with ScriptedVLLM(large, small) as server:
+        config = make_config(server, on_small_failure=policy).model_copy(
+            update={
+                "small": EndpointConfig(
+                    base_url="http://127.0.0.1:9/v1", model="small", max_retries=0
+                )
+            }
+        )
+        async with RelaySwitcher(config) as relay:
+            if policy == "raise":
+                with pytest.raises(EndpointError, match="small endpoint"):
+                    await relay.generate(MESSAGES)
+                return
+            result = await relay.generate(MESSAGES)
+    assert result.text == TRACE
+    assert [(s.model, s.ended_by) for s in result.segments] == [
+        ("large", "end_of_reasoning"),
+        ("large", "stop"),
+    ]
