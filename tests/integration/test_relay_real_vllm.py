@@ -5,6 +5,7 @@ outputs so that every cue position is known."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 
 import pytest
@@ -424,3 +425,38 @@ async def test_small_endpoint_down_from_the_start_large_writes_everything(
     assert result.text == QWEN_TRACE
     assert {s.model for s in result.segments} == {"large"}
     assert result.stats.large_share == 1.0 and result.answer == "The answer is 12."
+
+
+async def test_stop_sequences_apply_to_the_answer_only(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    trace = "<think>\nLet me see. END is a word here.\n</think>\n\nIt is 12. END of answer."
+    async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
+        _, result = await run(relay, trace, stop=["END"])
+    assert result.reasoning == "Let me see. END is a word here."
+    assert result.answer == "It is 12."
+    assert result.finish_reason == "stop"
+
+
+async def test_answer_stage_constrained_by_structured_outputs(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    """The hook forces the reasoning only; the answer of a random model is held to a shape."""
+    reasoning = "<think>\nLet me see. Therefore, it is 12.\n</think>"
+    forced = forcing(reasoning)
+    answer_shape = r'\{"value": (11|12|13), "unit": "(km|m)"\}'
+
+    def hook(role, phase, transcript):
+        return forced(role, phase, transcript) if phase == "reasoning" else {}
+
+    async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
+        result = await relay.generate(
+            QUESTION,
+            request_hook=hook,
+            answer_extra_body={"structured_outputs": {"regex": answer_shape}},
+            sampling=SamplingConfig(max_tokens=300, seed=0),
+        )
+    assert result.text.startswith(reasoning)
+    assert result.segments[-1].model == "small" and result.finish_reason == "stop"
+    answer = json.loads(result.answer)
+    assert answer["value"] in (11, 12, 13) and answer["unit"] in ("km", "m")
