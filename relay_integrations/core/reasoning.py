@@ -66,7 +66,6 @@ class Releaser:
             found = transcript.find(self.closer, max(self.pos - len(self.closer), 0))
             if found != -1 and found >= self.pos:
                 end = found
-                final = True
             elif not final:
                 end -= _partial_suffix(transcript, self.closer)
         chunk = transcript[self.pos : end].rstrip()  # trailing space: a hand-off may trim it

@@ -18,8 +18,10 @@ from relay_integrations.core import (
     JinjaChatTemplate,
     RelayConfig,
     RelayDone,
+    RelayError,
     RelayResult,
     RelaySwitcher,
+    RenderError,
     SamplingConfig,
     SegmentDone,
     SwitchPolicy,
@@ -460,3 +462,19 @@ async def test_answer_stage_constrained_by_structured_outputs(
     assert result.segments[-1].model == "small" and result.finish_reason == "stop"
     answer = json.loads(result.answer)
     assert answer["value"] in (11, 12, 13) and answer["unit"] in ("km", "m")
+
+
+async def test_a_chat_the_server_cannot_render_fails_with_its_reason(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
+        with pytest.raises(
+            RenderError, match=r"(?s)could not render the chat: .*tools\.0\.function"
+        ):
+            await relay.generate(QUESTION, tools=[{"type": "function"}])
+        with pytest.raises(RelayError, match="does not serve model 'nope'"):
+            bad = qwen_config(qwen_large, qwen_small).model_copy(
+                update={"large": EndpointConfig(base_url=qwen_large.url, model="nope")}
+            )
+            async with RelaySwitcher(bad) as wrong:
+                await wrong.generate(QUESTION)
