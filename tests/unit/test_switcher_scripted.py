@@ -21,7 +21,8 @@ from relay_integrations.core import (
     SwitchPolicy,
     TextDelta,
 )
-from tests.fakes.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
+from relay_integrations.core.generation import CONTEXT_MARGIN
+from tests.fakes.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM, render_chat, tokenize
 
 TRACE = (
     "<think>\nLet me see. Therefore, the sum is 4. Then we go on. Now we check e.g. the sum. "
@@ -260,12 +261,14 @@ async def test_concurrency_per_endpoint_is_bounded() -> None:
 
 
 async def test_context_window_ends_the_generation_with_length() -> None:
-    large = ScriptedModel("large", TRACE, max_model_len=40)
-    small = ScriptedModel("small", TRACE, max_model_len=40)
+    large = ScriptedModel("large", TRACE, max_model_len=60)
+    small = ScriptedModel("small", TRACE, max_model_len=60)
     async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
         result = await relay.generate(MESSAGES)
+    prefix_tokens = len(tokenize(render_chat(MESSAGES)))  # 32
     assert result.finish_reason == "length"
-    assert all(len(r["prompt"]) > 0 for r in large.requests)
+    assert result.completion_tokens == 60 - prefix_tokens - CONTEXT_MARGIN
+    assert [r["max_tokens"] for r in large.requests + small.requests] == [12, 2]
 
 
 async def test_reasoning_limit_closes_the_reasoning_and_leaves_room_to_answer() -> None:
