@@ -1,6 +1,7 @@
 """The cue-set artifact: a versioned JSON document that records a cue set and its model pair.
 
-A calibration run writes one; the switcher loads it. Built-in artifacts ship with the package::
+A calibration run (``relaygen calibrate``) writes one, with the statistics every cue was chosen
+on; the switcher loads it. Built-in artifacts ship with the package::
 
     from relay_integrations.core.artifact import load_artifact
 
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .errors import CueArtifactError
 
 ARTIFACT_FORMAT = "relaygen-cues"
+ARTIFACT_VERSION: Literal[2] = 2
 BUILTIN_PREFIX = "builtin:"
 
 
@@ -31,7 +33,11 @@ class ModelIdentity(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: str = Field(min_length=1, description="Hugging Face id or path, e.g. Qwen/Qwen3-32B")
-    tokenizer: str | None = Field(default=None, description="Tokenizer id or content hash")
+    served_name: str | None = Field(default=None, description="The name the server serves it as")
+    tokenizer: str | None = Field(
+        default=None,
+        description="Tokenizer id, or a fingerprint: sha256 of the ids of a fixed probe text",
+    )
 
     def matches(self, served: str) -> bool:
         """True if `served` (a /v1/models `root` or served name) names the same model.
@@ -49,18 +55,89 @@ class ModelPair(BaseModel):
     small: ModelIdentity
 
 
+class CueStatistics(BaseModel):
+    """How the small model fared after one candidate cue, over all its occurrences."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cue: str
+    occurrences: int = Field(ge=0, description="Occurrences with at least one post-cue token")
+    unscored: int = Field(default=0, ge=0, description="Occurrences at the very end of a trace")
+    tokens: int = Field(ge=0, description="Post-cue tokens over all occurrences")
+    mean_margin: float | None = Field(description="Mean over occurrences of the span's mean")
+    standard_error: float | None = Field(description="Over occurrences; None below two")
+    threshold: float | None = Field(description="Global mean + k standard errors")
+    selected: bool
+
+
+class SelectionRule(BaseModel):
+    """A cue is kept when its mean post-cue margin is above the global mean margin by at least
+    ``k`` standard errors (and strictly above it), over at least ``min_occurrences``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    k: float = Field(default=1.0, ge=0)
+    min_occurrences: int = Field(default=5, ge=2)
+    max_span_tokens: int = Field(
+        default=128, ge=1, description="Post-cue span cap: the small model's segment cap"
+    )
+
+
+class CalibrationSet(BaseModel):
+    """The problems (or ready traces) a calibration ran on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    size: int = Field(ge=0, description="Problems (or ready traces) in the file")
+    sha256: str = Field(description="Hash of the file's content")
+    traces: int = Field(ge=0, description="Traces scored")
+    trace_source: Literal["generated", "file"]
+
+
+class TraceSampling(BaseModel):
+    """How the large model sampled its traces (absent for ready traces)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    samples_per_problem: int = Field(ge=1)
+    temperature: float
+    top_p: float
+    top_k: int | None
+    max_tokens: int
+    seed: int | None
+
+
+class CalibrationRecord(BaseModel):
+    """What a calibration measured, so a cue set can be audited and reproduced."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    calibration_set: CalibrationSet
+    sampling: TraceSampling | None
+    selection: SelectionRule
+    tokens_scored: int = Field(ge=0, description="Reasoning tokens with a margin")
+    global_mean_margin: float
+    candidates: list[CueStatistics]
+    seconds: float = Field(ge=0, description="Wall time of the calibration run")
+
+
 class CueArtifact(BaseModel):
-    """Version 1 of the cue-set file format."""
+    """Version 2 of the cue-set file format (version 1 files, without ``calibration``, load too).
+
+    Margins are p(top1) - p(top2) of the small model, in probability space.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     format: Literal["relaygen-cues"] = "relaygen-cues"
-    version: Literal[1] = 1
+    version: Literal[1, 2] = ARTIFACT_VERSION
     model_pair: ModelPair
     cues: list[str] = Field(min_length=1)
     source: str = Field(min_length=1, description="How the cues were chosen")
     created_at: datetime | None = None
     package_version: str | None = None
+    calibration: CalibrationRecord | None = None
 
     @field_validator("cues")
     @classmethod
@@ -98,9 +175,11 @@ def load_artifact(source: str | Path) -> CueArtifact:
         raise CueArtifactError(
             where, f'not a cue artifact (expected "format": "{ARTIFACT_FORMAT}")'
         )
-    if data.get("version") != 1:
+    if data.get("version") not in (1, ARTIFACT_VERSION):
         raise CueArtifactError(
-            where, f"unsupported version {data.get('version')!r}; this package reads version 1"
+            where,
+            f"unsupported version {data.get('version')!r}; this package reads versions 1 and "
+            f"{ARTIFACT_VERSION}",
         )
     try:
         return CueArtifact.model_validate(data)
@@ -110,6 +189,16 @@ def load_artifact(source: str | Path) -> CueArtifact:
             for err in exc.errors()
         )
         raise CueArtifactError(where, problems) from None
+
+
+def save_artifact(artifact: CueArtifact, path: str | Path) -> Path:
+    """Write `artifact` as indented JSON, atomically (a crash never leaves half a file)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    partial.write_text(artifact.model_dump_json(indent=2, exclude_none=True) + "\n", "utf-8")
+    partial.replace(target)
+    return target
 
 
 def _read(source: str | Path) -> tuple[str, str]:

@@ -1,0 +1,207 @@
+"""Reasoning traces of the large model: written as they finish, so a stopped run resumes.
+
+:class:`TraceFile` is a JSON Lines file of :class:`Trace` records. :func:`write_traces` has the
+large endpoint write ``samples`` traces per problem, concurrently, appending each one the
+moment it finishes; run it again on the same file and it writes only the missing ones::
+
+    large = Endpoint(config.large, "large")
+    traces = await write_traces(
+        large, ServerChatTemplate(), ProblemSet.load("amc23.jsonl"),
+        TraceFile("traces.jsonl"), samples=4, sampling=SamplingConfig(max_tokens=8192),
+    )
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..core.config import ReasoningMarkers, SamplingConfig
+from ..core.endpoint import CompletionRequest, Endpoint
+from ..core.generation import CONTEXT_MARGIN
+from ..core.reasoning import PromptReasoning, split_reasoning
+from ..core.rendering import ChatInput, PromptRenderer
+from ..progress import Progress
+from .datasets import DatasetError, ProblemSet, chat_messages, text_sha256
+
+RequestFields = Callable[[int, int], Mapping[str, Any]]
+"""Extra request fields for (problem index, sample); tests force planted traces with it."""
+
+
+class Trace(BaseModel):
+    """One reasoning trace: the chat it answers and the reasoning text (without markers)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    messages: list[dict[str, Any]]
+    reasoning: str
+    problem_sha256: str | None = Field(default=None, description="Of the problem text")
+    sample: int = 0
+    finish_reason: str | None = None
+    completion_tokens: int | None = None
+    seconds: float | None = None
+
+
+class TraceFile:
+    """A JSON Lines file of traces, appended to as traces finish."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def read(self) -> list[Trace]:
+        """The traces written so far; a line cut short by a crash is dropped from the file."""
+        if not self.path.exists():
+            return []
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        traces = []
+        for number, line in enumerate(lines, 1):
+            try:
+                traces.append(Trace.model_validate_json(line))
+            except ValidationError as exc:
+                if number == len(lines):  # the write of the last trace was interrupted
+                    self.path.write_text("".join(x + "\n" for x in lines[:-1]), "utf-8")
+                    break
+                raise DatasetError(
+                    f"{self.path}:{number}", f"not a trace record ({exc.errors()[0]['msg']})"
+                ) from None
+        return traces
+
+    def append(self, trace: Trace) -> None:
+        with self.path.open("a", encoding="utf-8") as out:
+            out.write(trace.model_dump_json() + "\n")
+
+
+def ready_traces(
+    problems: ProblemSet, prompt_field: str = "prompt", reasoning_field: str = "reasoning"
+) -> list[Trace]:
+    """Traces someone already has: a prompt and its reasoning text on every line."""
+    traces = []
+    for index, row in enumerate(problems.rows):
+        where = f"{problems.path}, row {index + 1}"
+        messages = chat_messages(row[prompt_field], where)
+        traces.append(
+            Trace(id=str(row.get("id", index)), messages=messages, reasoning=row[reasoning_field])
+        )
+    return traces
+
+
+async def write_traces(
+    endpoint: Endpoint,
+    renderer: PromptRenderer,
+    problems: ProblemSet,
+    out: TraceFile,
+    *,
+    samples: int,
+    sampling: SamplingConfig,
+    markers: ReasoningMarkers | None = None,
+    concurrency: int = 8,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    request_fields: RequestFields | None = None,
+    progress: Progress | None = None,
+) -> list[Trace]:
+    """All ``samples`` traces of every problem: those in `out` already, plus the missing ones.
+
+    A failing request stops the run with its error; every trace finished before it is in
+    `out`, and the same call resumes from there.
+    """
+    markers = markers or ReasoningMarkers()
+    done = {trace.id: trace for trace in out.read()}
+    wanted = [(index, sample) for index in range(len(problems.rows)) for sample in range(samples)]
+    for index, sample in wanted:
+        old = done.get(_trace_id(index, sample))
+        if old is not None and old.problem_sha256 != text_sha256(problems.rows[index]["problem"]):
+            raise DatasetError(
+                str(out.path),
+                f"trace {old.id} answers another problem than row {index + 1} of "
+                f"{problems.path}; write the traces of this problem set to a new file",
+            )
+    missing = [(i, s) for i, s in wanted if _trace_id(i, s) not in done]
+    if progress is not None:
+        progress.advance(len(wanted) - len(missing), note="resumed")
+    slots = asyncio.Semaphore(concurrency)
+
+    async def write(index: int, sample: int) -> None:
+        async with slots:
+            extra = request_fields(index, sample) if request_fields else {}
+            trace = await _trace(
+                endpoint,
+                renderer,
+                problems.rows[index]["problem"],
+                index,
+                sample,
+                sampling,
+                markers,
+                chat_template_kwargs or {},
+                extra,
+            )
+        out.append(trace)
+        done[trace.id] = trace
+        if progress is not None:
+            progress.advance()
+
+    async with asyncio.TaskGroup() as group:
+        for index, sample in missing:
+            group.create_task(write(index, sample))
+    return [done[_trace_id(i, s)] for i, s in wanted]
+
+
+async def _trace(
+    endpoint: Endpoint,
+    renderer: PromptRenderer,
+    problem: str,
+    index: int,
+    sample: int,
+    sampling: SamplingConfig,
+    markers: ReasoningMarkers,
+    chat_template_kwargs: Mapping[str, Any],
+    extra_body: Mapping[str, Any],
+) -> Trace:
+    started = time.monotonic()
+    messages = chat_messages(problem, f"problem {index + 1}")
+    prompt = await renderer.render(endpoint, ChatInput(messages, None, dict(chat_template_kwargs)))
+    mode = PromptReasoning.of(prompt.text, markers)
+    if mode is PromptReasoning.CLOSED:
+        raise DatasetError(
+            f"problem {index + 1}",
+            "the chat template closes the reasoning in the prompt; calibrate with thinking enabled",
+        )
+    max_tokens = sampling.max_tokens
+    window = (await endpoint.model_info()).max_model_len
+    if window is not None and prompt.token_count is not None:
+        max_tokens = min(max_tokens, window - prompt.token_count - CONTEXT_MARGIN)
+    request = CompletionRequest(
+        prompt=prompt.text,
+        max_tokens=max_tokens,
+        stop=(markers.end,),
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        seed=None if sampling.seed is None else sampling.seed + sample,
+        extra_body=extra_body,
+    )
+    text, finish, tokens = "", None, None
+    async for piece in endpoint.stream_completion(request):
+        text += piece.text
+        finish = piece.finish_reason or finish
+        tokens = piece.completion_tokens if piece.completion_tokens is not None else tokens
+    reasoning, _ = split_reasoning(text, markers, mode)
+    return Trace(
+        id=_trace_id(index, sample),
+        messages=messages,
+        reasoning=reasoning,
+        problem_sha256=text_sha256(problem),
+        sample=sample,
+        finish_reason=finish,
+        completion_tokens=tokens,
+        seconds=round(time.monotonic() - started, 3),
+    )
+
+
+def _trace_id(index: int, sample: int) -> str:
+    return f"{index}/{sample}"
