@@ -151,11 +151,6 @@ def test_statistics_and_selection_on_hand_computed_figures() -> None:
     # one occurrence only: no standard error, never selected
     assert (but.occurrences, but.standard_error, but.selected) == (1, None, False)
     assert but.mean_margin == pytest.approx(0.1)
-        1,
-        pytest.approx(0.1),
-        None,
-        False,
-    )
     # "Wait," ends trace c: counted, not scored
     assert (wait.occurrences, wait.unscored, wait.selected) == (0, 1, False)
     assert (hmm.occurrences, hmm.unscored, hmm.mean_margin) == (0, 0, None)
