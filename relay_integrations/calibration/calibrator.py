@@ -52,15 +52,16 @@ TOKENIZER_PROBE = "Tokenizer probe: Therefore, 3.5% of naïve café-goers wrote 
 
 
 class NoCueSelected(RelayError):
-    """No candidate passed the selection rule; ``statistics`` still holds every figure."""
+    """No candidate passed the selection rule; ``record`` still holds every figure."""
 
-    def __init__(self, statistics: CalibrationStatistics, rule: SelectionRule, traces: int) -> None:
+    def __init__(self, record: CalibrationRecord) -> None:
+        rule = record.selection
         super().__init__(
-            f"no candidate cue passed the selection rule (k={rule.k}, at least "
-            f"{rule.min_occurrences} occurrences) over {traces} traces; use more traces, "
-            "a lower k or fewer minimum occurrences"
+            f"no candidate cue passed the selection rule (k={rule.k:g}, at least "
+            f"{rule.min_occurrences} occurrences) over {record.calibration_set.traces} traces; "
+            "use more traces, a lower k or fewer minimum occurrences"
         )
-        self.statistics = statistics
+        self.record = record
 
 
 @dataclass(frozen=True)
@@ -184,10 +185,6 @@ class Calibrator:
         if not scored:
             raise RelayError("none of the traces has reasoning text; there is nothing to score")
         statistics = cue_statistics(scored, self.candidates, self.rule)
-        if not statistics.selected:
-            raise NoCueSelected(statistics, self.rule, len(scored))
-        small = await _identity(self.small)
-        large = large_identity or await _identity(self.large)
         self.seconds += time.monotonic() - started
         record = CalibrationRecord(
             calibration_set=CalibrationSet(
@@ -204,6 +201,10 @@ class Calibrator:
             candidates=statistics.cues,
             seconds=round(self.seconds, 1),
         )
+        if not statistics.selected:
+            raise NoCueSelected(record)
+        small = await _identity(self.small)
+        large = large_identity or await _identity(self.large)
         artifact = CueArtifact(
             model_pair=ModelPair(large=large, small=small),
             cues=statistics.selected,

@@ -1,4 +1,4 @@
-"""``relaygen``: the command line of relay_integrations.
+"""``relaygen generate``: one relay generation, streamed to the terminal.
 
     relaygen generate "What is 17 * 23?" \\
         --large-url http://gpu-a:8000/v1 --large-model Qwen/Qwen3-32B \\
@@ -15,12 +15,11 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
 from typing import Any, TextIO
 
 from pydantic import ValidationError
 
-from .core import (
+from ..core import (
     RelayConfig,
     RelayDone,
     RelayError,
@@ -28,7 +27,8 @@ from .core import (
     RelaySwitcher,
     TextDelta,
 )
-from .core.config import ModelRole
+from ..core.config import ModelRole
+from .options import add_endpoint_options, endpoint_values
 
 DEFAULT_PROMPT = (
     "A train travels 60 km in the first hour and 90 km in the second hour. "
@@ -38,15 +38,11 @@ _COLOURS = {"large": "\033[1;34m", "small": "\033[32m"}
 _RESET = "\033[0m"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="relaygen", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+def add_parser(commands: Any) -> None:
     generate = commands.add_parser("generate", help="stream one relay generation to the terminal")
     generate.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT)
     generate.add_argument("--system", help="a system message")
-    for role in ("large", "small"):
-        generate.add_argument(f"--{role}-url", help=f"OpenAI base URL of the {role} vLLM server")
-        generate.add_argument(f"--{role}-model", help=f"served name of the {role} model")
+    add_endpoint_options(generate, "large", "small")
     generate.add_argument("--cues", help="cue artifact path, builtin:NAME, or a JSON list of cues")
     generate.add_argument(
         "--allow-model-mismatch",
@@ -61,7 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     generate.add_argument("--json", action="store_true", help="print the result as JSON only")
     generate.add_argument("--note", help="a line printed before the generation")
-    args = parser.parse_args(argv)
+    generate.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         config = _config_from(args)
     except (ValidationError, RelayError) as exc:
@@ -72,8 +71,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RelayError as exc:
         print(f"\nrelaygen: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
     return 0 if result.finish_reason != "error" else 1
 
 
@@ -81,15 +78,7 @@ def _config_from(args: argparse.Namespace) -> RelayConfig:
     """The environment's configuration (RELAY_*), with the command line's options on top."""
     values = RelayConfig.env_values()
     for role in ("large", "small"):
-        endpoint = values.setdefault(role, {})
-        for option, field in (("url", "base_url"), ("model", "model")):
-            if getattr(args, f"{role}_{option}"):
-                endpoint[field] = getattr(args, f"{role}_{option}")
-            if field not in endpoint:
-                raise RelayError(
-                    f"no {role} endpoint: pass --{role}-url and --{role}-model "
-                    f"(or set RELAY_{role.upper()}__BASE_URL and RELAY_{role.upper()}__MODEL)"
-                )
+        values[role] = endpoint_values(args, values, role)
     if args.cues:
         values["cues"] = json.loads(args.cues) if args.cues.lstrip()[:1] == "[" else args.cues
     if args.allow_model_mismatch:
@@ -186,7 +175,3 @@ def _print_stats(out: TextIO, result: RelayResult) -> None:
             file=out,
         )
     print(json.dumps({"segments": [(s.model, s.ended_by) for s in result.segments]}), file=out)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

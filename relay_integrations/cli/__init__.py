@@ -1,0 +1,28 @@
+"""``relaygen``: the command line of relay_integrations.
+
+    relaygen generate "What is 17 * 23?" --large-url ... --small-url ...
+    relaygen calibrate --problems amc23.jsonl --samples 4 --large-url ... --small-url ...
+
+Every endpoint option can come from the environment instead (``RELAY_LARGE__BASE_URL``, ...
+see :meth:`~relay_integrations.core.config.RelayConfig.from_env`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from . import calibrate, generate
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="relaygen", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    generate.add_parser(commands)
+    calibrate.add_parser(commands)
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except KeyboardInterrupt:
+        return 130
+    return code
