@@ -39,15 +39,25 @@ class ProblemSet:
     rows: tuple[dict[str, Any], ...]
 
     @classmethod
-    def load(cls, path: str | Path, required: tuple[str, ...] = ("problem",)) -> ProblemSet:
-        """Read `path`; every row must have a non-empty string in each `required` field."""
+    def load(
+        cls, path: str | Path, required: tuple[str, ...] = ("problem",), limit: int | None = None
+    ) -> ProblemSet:
+        """Read `path`; every row must have a non-empty string in each `required` field.
+
+        With `limit`, only the first `limit` rows are read; the name and the hash say so.
+        """
         file = Path(path)
         try:
             raw = file.read_bytes()
         except OSError as exc:
             raise DatasetError(str(file), f"cannot be read: {exc.strerror or exc}") from None
         rows = []
-        for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
+        lines = raw.decode("utf-8", errors="replace").splitlines()
+        for number, line in enumerate(lines, 1):
+            if limit is not None and len(rows) == limit:
+                kept = "".join(x + "\n" for x in lines[: number - 1])
+                name = f"{file.stem}[:{limit}]"
+                return cls(name, file, text_sha256(kept), tuple(rows))
             if not line.strip():
                 continue
             try:

@@ -46,6 +46,7 @@ def add_parser(commands: Any) -> None:
     source.add_argument("--traces", type=Path, help="JSON Lines with a prompt and its reasoning")
     parser.add_argument("--prompt-field", default="prompt", help="prompt field of --traces")
     parser.add_argument("--reasoning-field", default="reasoning", help="its reasoning field")
+    parser.add_argument("--limit", type=int, help="use only the first N rows of the file")
     add_endpoint_options(parser, "large", "small")
     parser.add_argument("--out", type=Path, default=Path("calibration"), help="output folder")
     parser.add_argument("--samples", type=int, default=4, help="traces per problem")
@@ -133,13 +134,14 @@ def _calibrator(args: argparse.Namespace) -> Calibrator:
 async def _calibrate(calibrator: Calibrator, args: argparse.Namespace) -> CalibrationOutcome:
     async with calibrator:
         if args.problems is not None:
-            problems = ProblemSet.load(args.problems)
+            problems = ProblemSet.load(args.problems, limit=args.limit)
             traces = await calibrator.write_traces(
                 problems, TraceFile(args.out / "traces.jsonl"), samples=args.samples
             )
             return await calibrator.calibrate(
                 traces, problems, sampling=calibrator.sampling, samples=args.samples
             )
-        problems = ProblemSet.load(args.traces, (args.prompt_field, args.reasoning_field))
+        fields = (args.prompt_field, args.reasoning_field)
+        problems = ProblemSet.load(args.traces, fields, limit=args.limit)
         traces = ready_traces(problems, args.prompt_field, args.reasoning_field)
         return await calibrator.calibrate(traces, problems, large_identity=args.large_identity)

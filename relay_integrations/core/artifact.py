@@ -25,6 +25,7 @@ from .errors import CueArtifactError
 ARTIFACT_FORMAT = "relaygen-cues"
 ARTIFACT_VERSION: Literal[2] = 2
 BUILTIN_PREFIX = "builtin:"
+MAX_REPORTED_PROBLEMS = 5
 
 
 class ModelIdentity(BaseModel):
@@ -184,10 +185,13 @@ def load_artifact(source: str | Path) -> CueArtifact:
     try:
         return CueArtifact.model_validate(data)
     except ValidationError as exc:
+        errors = exc.errors()
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}"
-            for err in exc.errors()
+            for err in errors[:MAX_REPORTED_PROBLEMS]
         )
+        if len(errors) > MAX_REPORTED_PROBLEMS:
+            problems += f"; and {len(errors) - MAX_REPORTED_PROBLEMS} more problems"
         raise CueArtifactError(where, problems) from None
 
 
@@ -196,7 +200,7 @@ def save_artifact(artifact: CueArtifact, path: str | Path) -> Path:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
-    partial.write_text(artifact.model_dump_json(indent=2, exclude_none=True) + "\n", "utf-8")
+    partial.write_text(artifact.model_dump_json(indent=2) + "\n", "utf-8")
     partial.replace(target)
     return target
 
