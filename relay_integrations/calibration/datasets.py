@@ -51,7 +51,7 @@ class ProblemSet:
             raw = file.read_bytes()
         except OSError as exc:
             raise DatasetError(str(file), f"cannot be read: {exc.strerror or exc}") from None
-        rows = []
+        rows: list[dict[str, Any]] = []
         lines = raw.decode("utf-8", errors="replace").splitlines()
         for number, line in enumerate(lines, 1):
             if limit is not None and len(rows) == limit:

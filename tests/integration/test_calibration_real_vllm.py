@@ -147,7 +147,7 @@ async def test_the_small_model_scores_what_it_sees_at_run_time(
     small_transcripts: list[str] = []
     force = forcing(trace)
 
-    def hook(role, phase, transcript):  # type: ignore[no-untyped-def]
+    def hook(role, phase, transcript):
         if role == "small" and phase == "reasoning":
             small_transcripts.append(transcript)
         return force(role, phase, transcript)
@@ -264,7 +264,7 @@ async def test_an_artifact_for_another_pair_is_refused_unless_allowed(
             small=EndpointConfig(base_url=r1.url, model=r1.small_model),
             cues=str(path),
             sampling=SamplingConfig(max_tokens=8),
-            **extra,  # type: ignore[arg-type]
+            **extra,
         )
 
     question = [{"role": "user", "content": "Hi"}]
