@@ -43,7 +43,7 @@ def format_table(record: CalibrationRecord, show_unseen: bool = False) -> str:
     lines = [
         f"{record.calibration_set.traces} traces of {record.calibration_set.name}, "
         f"{record.tokens_scored} reasoning tokens scored in {record.seconds:.0f} s",
-        f"global mean margin {record.global_mean_margin:.4f}; a cue is selected when its mean "
+        f"global mean margin {record.global_mean_margin:.4g}; a cue is selected when its mean "
         f"post-cue margin >= global mean + {rule.k:g} standard errors, "
         f"over >= {rule.min_occurrences} occurrences",
         "standard errors are over cue occurrences (the tokens of one span are not independent)",

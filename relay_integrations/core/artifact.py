@@ -191,7 +191,7 @@ def load_artifact(source: str | Path) -> CueArtifact:
             for err in errors[:MAX_REPORTED_PROBLEMS]
         )
         if len(errors) > MAX_REPORTED_PROBLEMS:
-            problems += f"; and {len(errors) - MAX_REPORTED_PROBLEMS} more problems"
+            problems += f"; {len(errors) - MAX_REPORTED_PROBLEMS} more not shown"
         raise CueArtifactError(where, problems) from None
 
 
