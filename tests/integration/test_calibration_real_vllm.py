@@ -275,12 +275,11 @@ async def test_an_artifact_for_another_pair_is_refused_unless_allowed(
         assert (await relay.generate(question)).completion_tokens > 0
 
 
-def test_the_command_line_calibrates_ready_traces(qwen_small: Server, tmp_path: Path) -> None:
+def calibrate_cli(small: Server, tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
     rows = [{"question": p, "solution": r} for p, r in zip(PROBLEMS * 2, PLANTED * 2, strict=True)]
     traces = tmp_path / "solutions.jsonl"
     traces.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    out = tmp_path / "report"
-    done = subprocess.run(
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -295,34 +294,60 @@ def test_the_command_line_calibrates_ready_traces(qwen_small: Server, tmp_path: 
             "--large-model",
             "Qwen/Qwen3-32B",
             "--small-url",
-            qwen_small.url,
+            small.url,
             "--small-model",
-            qwen_small.small_model,
-            "--candidates",
-            json.dumps(["Therefore,", "Now", "So ", "Wait,", "Nowhere"]),
-            "--k",
-            "0",
-            "--min-occurrences",
-            "2",
+            small.small_model,
             "--out",
-            str(out),
+            str(tmp_path / "report"),
+            *options,
         ],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
-    assert done.returncode in (0, 1), done.stderr
+
+
+def test_the_command_line_calibrates_ready_traces(qwen_small: Server, tmp_path: Path) -> None:
+    candidates = ["Therefore,", "Now", "So ", "Wait,", "Nowhere"]
+    done = calibrate_cli(
+        qwen_small,
+        tmp_path,
+        "--candidates",
+        json.dumps(candidates),
+        "--k",
+        "0",
+        "--min-occurrences",
+        "2",
+    )
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "report"
     csv_rows = (out / "cues.csv").read_text().splitlines()
     assert csv_rows[0].startswith("cue,selected,occurrences")
-    assert len(csv_rows) == 1 + 5
+    assert len(csv_rows) == 1 + len(candidates)
     assert "global mean margin" in done.stdout and "'Therefore,'" in done.stdout
-    if done.returncode == 1:  # nothing passed: the figures are still written
-        assert "no candidate cue passed" in done.stderr
-        return
     artifact = load_artifact(out / "cues.json")
     assert artifact.model_pair.large.model == "Qwen/Qwen3-32B"
+    assert artifact.model_pair.small.served_name == qwen_small.small_model
     assert artifact.calibration is not None
     assert artifact.calibration.calibration_set.trace_source == "file"
     assert artifact.calibration.calibration_set.traces == 8
+    assert f"selected {len(artifact.cues)} cues: {artifact.cues}" in done.stdout
     assert (out / "cues.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_calibration_that_selects_nothing_still_reports_its_figures(
+    qwen_small: Server, tmp_path: Path
+) -> None:
+    # "Wait," occurs twice in the eight traces: below a minimum of three occurrences
+    done = calibrate_cli(
+        qwen_small, tmp_path, "--candidates", '["Wait,"]', "--min-occurrences", "3"
+    )
+    assert done.returncode == 1
+    assert (
+        "no candidate cue passed the selection rule (k=1, at least 3 occurrences) over 8 traces"
+        in done.stderr
+    )
+    assert "'Wait,'                  2" in done.stdout
+    assert (tmp_path / "report" / "cues.csv").read_text().splitlines()[1].startswith("Wait,,0,2,")
+    assert not (tmp_path / "report" / "cues.json").exists()
