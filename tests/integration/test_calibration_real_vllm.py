@@ -351,3 +351,50 @@ def test_a_calibration_that_selects_nothing_still_reports_its_figures(
     assert "'Wait,'                  2" in done.stdout
     assert (tmp_path / "report" / "cues.csv").read_text().splitlines()[1].startswith('"Wait,",0,2,')
     assert not (tmp_path / "report" / "cues.json").exists()
+
+
+def test_the_command_line_writes_traces_and_resumes_them(r1: Server, tmp_path: Path) -> None:
+    """From a problem set: the R1-style template opens the reasoning, so the random model's
+    text is reasoning; it holds no cue, so nothing is selected, but traces and figures stay."""
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("".join(json.dumps({"problem": p}) + "\n" for p in PROBLEMS[:2]))
+    command = [
+        sys.executable,
+        "-m",
+        "relay_integrations.cli",
+        "calibrate",
+        "--problems",
+        str(problems),
+        "--samples",
+        "2",
+        "--max-tokens",
+        "24",
+        "--seed",
+        "1",
+        "--large-url",
+        r1.url,
+        "--large-model",
+        r1.large_model,
+        "--small-url",
+        r1.url,
+        "--small-model",
+        r1.small_model,
+        "--candidates",
+        '["Therefore,"]',
+        "--out",
+        str(tmp_path / "run"),
+    ]
+    first = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert first.returncode == 1, first.stderr
+    assert "no candidate cue passed the selection rule" in first.stderr
+    trace_file = tmp_path / "run" / "traces.jsonl"
+    traces = [Trace.model_validate_json(line) for line in trace_file.read_text().splitlines()]
+    assert sorted(t.id for t in traces) == ["0/0", "0/1", "1/0", "1/1"]
+    assert all(t.reasoning and t.completion_tokens == 24 for t in traces)
+    assert all(t.finish_reason == "length" for t in traces)
+    assert "traces  [####################]  4/4  100%" in first.stderr
+
+    again = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert again.returncode == 1
+    assert "4/4  100%" in again.stderr and "resumed" in again.stderr
+    assert trace_file.read_text().splitlines() == [t.model_dump_json() for t in traces]
