@@ -42,6 +42,7 @@ from ..core.errors import RelayError
 from ..core.rendering import PromptRenderer, ServerChatTemplate
 from ..progress import Progress
 from .candidates import DEFAULT_CANDIDATES
+from .concurrency import run_bounded
 from .datasets import ProblemSet
 from .scoring import TraceScorer
 from .statistics import CalibrationStatistics, ScoredTrace, cue_statistics
@@ -152,18 +153,14 @@ class Calibrator:
         scorer = TraceScorer(self.small, self.renderer, self.markers, self.chat_template_kwargs)
         usable = [t for t in traces if t.reasoning.strip()]
         skipped = [t.id for t in traces if not t.reasoning.strip()]
-        slots = asyncio.Semaphore(self.concurrency)
         with self._progress("scoring", len(usable)) as progress:
 
             async def score(trace: Trace) -> ScoredTrace:
-                async with slots:
-                    scored = await scorer.score(trace)
+                scored = await scorer.score(trace)
                 progress.advance()
                 return scored
 
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(score(trace)) for trace in usable]
-        return [task.result() for task in tasks], skipped
+            return await run_bounded(score, usable, self.concurrency), skipped
 
     async def calibrate(
         self,

@@ -13,7 +13,6 @@ moment it finishes; run it again on the same file and it writes only the missing
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -27,6 +26,7 @@ from ..core.generation import CONTEXT_MARGIN
 from ..core.reasoning import PromptReasoning, split_reasoning
 from ..core.rendering import ChatInput, PromptRenderer
 from ..progress import Progress
+from .concurrency import run_bounded
 from .datasets import DatasetError, ProblemSet, chat_messages, text_sha256
 
 RequestFields = Callable[[int, int], Mapping[str, Any]]
@@ -124,30 +124,27 @@ async def write_traces(
     missing = [(i, s) for i, s in wanted if _trace_id(i, s) not in done]
     if progress is not None:
         progress.advance(len(wanted) - len(missing), note="resumed")
-    slots = asyncio.Semaphore(concurrency)
 
-    async def write(index: int, sample: int) -> None:
-        async with slots:
-            extra = request_fields(index, sample) if request_fields else {}
-            trace = await _trace(
-                endpoint,
-                renderer,
-                problems.rows[index]["problem"],
-                index,
-                sample,
-                sampling,
-                markers,
-                chat_template_kwargs or {},
-                extra,
-            )
+    async def write(key: tuple[int, int]) -> None:
+        index, sample = key
+        extra = request_fields(index, sample) if request_fields else {}
+        trace = await _trace(
+            endpoint,
+            renderer,
+            problems.rows[index]["problem"],
+            index,
+            sample,
+            sampling,
+            markers,
+            chat_template_kwargs or {},
+            extra,
+        )
         out.append(trace)
         done[trace.id] = trace
         if progress is not None:
             progress.advance()
 
-    async with asyncio.TaskGroup() as group:
-        for index, sample in missing:
-            group.create_task(write(index, sample))
+    await run_bounded(write, missing, concurrency)
     return [done[_trace_id(i, s)] for i, s in wanted]
 
 

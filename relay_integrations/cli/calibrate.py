@@ -83,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     except RelayError as exc:
         print(f"relaygen: {exc}", file=sys.stderr)
+        traces = args.out / "traces.jsonl"
+        if args.problems is not None and traces.exists():
+            print(f"finished traces are kept in {traces}; run the same command to resume")
         return 1
     record = outcome.artifact.calibration
     assert record is not None
