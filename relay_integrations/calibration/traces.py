@@ -13,6 +13,7 @@ moment it finishes; run it again on the same file and it writes only the missing
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -115,15 +116,17 @@ async def write_traces(
     wanted = [(index, sample) for index in range(len(problems.rows)) for sample in range(samples)]
     for index, sample in wanted:
         old = done.get(_trace_id(index, sample))
-        if old is not None and old.problem_sha256 != text_sha256(problems.rows[index]["problem"]):
+        if old is not None and old.problem_sha256 != _problem_sha256(
+            problems.rows[index]["problem"]
+        ):
             raise DatasetError(
                 str(out.path),
                 f"trace {old.id} answers another problem than row {index + 1} of "
                 f"{problems.path}; write the traces of this problem set to a new file",
             )
     missing = [(i, s) for i, s in wanted if _trace_id(i, s) not in done]
-    if progress is not None:
-        progress.advance(len(wanted) - len(missing), note="resumed")
+    if progress is not None and len(missing) < len(wanted):
+        progress.advance(len(wanted) - len(missing), note=f"{len(wanted) - len(missing)} resumed")
 
     async def write(key: tuple[int, int]) -> None:
         index, sample = key
@@ -151,7 +154,7 @@ async def write_traces(
 async def _trace(
     endpoint: Endpoint,
     renderer: PromptRenderer,
-    problem: str,
+    problem: Any,
     index: int,
     sample: int,
     sampling: SamplingConfig,
@@ -192,12 +195,16 @@ async def _trace(
         id=_trace_id(index, sample),
         messages=messages,
         reasoning=reasoning,
-        problem_sha256=text_sha256(problem),
+        problem_sha256=_problem_sha256(problem),
         sample=sample,
         finish_reason=finish,
         completion_tokens=tokens,
         seconds=round(time.monotonic() - started, 3),
     )
+
+
+def _problem_sha256(problem: Any) -> str:
+    return text_sha256(problem if isinstance(problem, str) else json.dumps(problem, sort_keys=True))
 
 
 def _trace_id(index: int, sample: int) -> str:
