@@ -31,7 +31,7 @@ from ..calibration import Calibrator, NoCueSelected, ProblemSet, TraceFile, read
 from ..calibration.calibrator import CalibrationOutcome
 from ..calibration.candidates import DEFAULT_CANDIDATES
 from ..calibration.report import format_table, write_csv, write_plot
-from ..core.artifact import ModelIdentity, SelectionRule, save_artifact
+from ..core.artifact import CalibrationRecord, ModelIdentity, SelectionRule, save_artifact
 from ..core.config import EndpointConfig, RelayConfig, SamplingConfig
 from ..core.errors import RelayError
 from .options import add_endpoint_options, endpoint_values
@@ -78,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
         outcome = asyncio.run(_calibrate(calibrator, args))
     except NoCueSelected as exc:
         print(format_table(exc.record))
-        csv_path = write_csv(exc.record, args.out / "cues.csv")
-        print(f"\nrelaygen: {exc}\nthe figures are in {csv_path}", file=sys.stderr)
+        written = _write_report(exc.record, args)
+        print(f"\nrelaygen: {exc}", file=sys.stderr)
+        print("the figures are in " + ", ".join(str(p) for p in written), file=sys.stderr)
         return 1
     except RelayError as exc:
         print(f"relaygen: {exc}", file=sys.stderr)
@@ -89,19 +90,25 @@ def run(args: argparse.Namespace) -> int:
         return 1
     record = outcome.artifact.calibration
     assert record is not None
-    artifact_path = save_artifact(outcome.artifact, args.out / "cues.json")
-    written = [artifact_path, write_csv(record, args.out / "cues.csv")]
+    written = [save_artifact(outcome.artifact, args.out / "cues.json")]
     print(format_table(record))
     if outcome.skipped:
         print(f"{len(outcome.skipped)} traces had no reasoning and were skipped")
     print(f"\nselected {len(outcome.artifact.cues)} cues: {outcome.artifact.cues}")
+    written += _write_report(record, args)
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def _write_report(record: CalibrationRecord, args: argparse.Namespace) -> list[Path]:
+    """The CSV, and the plot unless it is turned off or matplotlib is missing."""
+    written = [write_csv(record, args.out / "cues.csv")]
     if not args.no_plot:
         try:
             written.append(write_plot(record, args.out / "cues.png", title=args.title or ""))
         except RelayError as exc:
             print(f"no plot: {exc}", file=sys.stderr)
-    print("wrote " + ", ".join(str(p) for p in written))
-    return 0
+    return written
 
 
 def _calibrator(args: argparse.Namespace) -> Calibrator:

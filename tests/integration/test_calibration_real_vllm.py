@@ -350,6 +350,7 @@ def test_a_calibration_that_selects_nothing_still_reports_its_figures(
     )
     assert "'Wait,'                  2" in done.stdout
     assert (tmp_path / "report" / "cues.csv").read_text().splitlines()[1].startswith('"Wait,",0,2,')
+    assert (tmp_path / "report" / "cues.png").exists()
     assert not (tmp_path / "report" / "cues.json").exists()
 
 
