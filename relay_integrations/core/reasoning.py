@@ -67,7 +67,7 @@ class Releaser:
             if found != -1 and found >= self.pos:
                 end = found
             elif not final:
-                end -= _partial_suffix(transcript, self.closer)
+                end -= partial_suffix(transcript, self.closer)
         chunk = transcript[self.pos : end].rstrip()  # trailing space: a hand-off may trim it
         self.pos += len(chunk)
         return chunk
@@ -96,7 +96,7 @@ def starts_with(text: str, opener: str) -> bool | None:
     return lead.startswith(opener)
 
 
-def _partial_suffix(text: str, marker: str) -> int:
+def partial_suffix(text: str, marker: str) -> int:
     """Length of the longest suffix of `text` that is a proper prefix of `marker`."""
     for size in range(min(len(marker) - 1, len(text)), 0, -1):
         if marker.startswith(text[-size:]):
