@@ -12,7 +12,7 @@ valid JSON, names no function, or is cut off becomes an :class:`InvalidToolCall`
 exception). :class:`ToolCallStream` does the same on a stream of deltas, releasing text as soon
 as it cannot be the start of a block::
 
-    parsed = parse_answer('Let me look.\\n<tool_call>\\n{"name": "f", "arguments": {}}\\n</tool_call>')
+    parsed = parse_answer('Let me look.<tool_call>{"name": "f", "arguments": {}}</tool_call>')
     parsed.content, parsed.tool_calls[0].name  # ('Let me look.', 'f')
 """
 
