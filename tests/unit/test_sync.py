@@ -1,0 +1,50 @@
+"""Sync entry points over the async core, inside and outside a running event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from relay_integrations.core.sync import BackgroundLoop
+
+
+async def numbers(closed: list[bool]) -> AsyncIterator[int]:
+    try:
+        for i in range(5):
+            await asyncio.sleep(0)
+            yield i
+    finally:
+        closed.append(True)
+
+
+def test_run_and_iterate_outside_a_loop() -> None:
+    loop = BackgroundLoop()
+    assert loop.run(asyncio.sleep(0, result=42)) == 42
+    closed: list[bool] = []
+    assert list(loop.iterate(numbers(closed))) == [0, 1, 2, 3, 4]
+    assert closed == [True]
+
+
+async def test_sync_calls_work_inside_a_running_loop() -> None:
+    loop = BackgroundLoop()
+    assert loop.run(asyncio.sleep(0, result="ok")) == "ok"  # asyncio.run would refuse here
+    assert loop.loop is not asyncio.get_running_loop()
+
+
+def test_leaving_an_iteration_early_closes_the_stream() -> None:
+    loop = BackgroundLoop()
+    closed: list[bool] = []
+    for item in loop.iterate(numbers(closed)):
+        if item == 1:
+            break
+    assert closed == [True]
+
+
+def test_errors_reach_the_caller() -> None:
+    async def fails() -> None:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        BackgroundLoop().run(fails())
