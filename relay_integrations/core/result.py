@@ -79,6 +79,11 @@ class RelayResult(BaseModel):
     def completion_tokens(self) -> int:
         return sum(u.completion_tokens for u in self.usage.values())
 
+    @property
+    def reasoning_tokens(self) -> int:
+        """Tokens written in the reasoning phase, by both models."""
+        return sum(s.usage.completion_tokens for s in self.segments if s.phase == "reasoning")
+
 
 @dataclass(frozen=True, slots=True)
 class TextDelta:

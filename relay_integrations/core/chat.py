@@ -1,0 +1,230 @@
+"""A chat turn on the relay: what every adapter needs, written once.
+
+Adapters translate their framework's messages to OpenAI-format dicts and back. Everything in
+between lives here: the tool choice and response format become vLLM structured outputs on the
+answer; the relay's deltas become reasoning deltas, answer text and tool calls (parsed from the
+Qwen3/Hermes ``<tool_call>`` format, or from the constrained JSON of a forced call)::
+
+    request = ChatRequest(messages, tools=[weather_tool], tool_choice="required")
+    async for event in stream_chat(switcher, request):
+        if isinstance(event, ReasoningDelta): ...
+        elif isinstance(event, ContentDelta): ...
+        elif isinstance(event, ToolCallDelta): ...   # event.index, event.call
+        elif isinstance(event, ChatResponse): ...    # the whole turn, usage and stats
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .config import ModelRole, SamplingConfig
+from .result import RelayDone, RelayResult, TextDelta
+from .switcher import RelaySwitcher
+from .tool_calls import InvalidToolCall, ToolCall, ToolCallStream, parse_call
+
+Message = dict[str, Any]
+ToolChoice = Literal["auto", "none", "required"] | str
+"""``auto``, ``none``, ``required`` (any tool), or the name of the tool that must be called."""
+
+
+@dataclass(frozen=True)
+class JsonSchemaFormat:
+    """The answer is JSON valid against ``schema`` (vLLM ``structured_outputs.json``)."""
+
+    schema: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class JsonObjectFormat:
+    """The answer is some JSON object (vLLM ``structured_outputs.json_object``)."""
+
+
+ResponseFormat = JsonSchemaFormat | JsonObjectFormat
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One chat turn: OpenAI-format messages and tools, and how the answer must look."""
+
+    messages: Sequence[Message]
+    tools: Sequence[dict[str, Any]] = ()
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
+    response_format: ResponseFormat | None = None
+    stop: Sequence[str] = ()
+    sampling: SamplingConfig | None = None
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = [tool_name(t) for t in self.tools]
+        if self.tool_choice not in (None, "auto", "none", "required") and (
+            self.tool_choice not in names
+        ):
+            raise ValueError(
+                f"tool_choice {self.tool_choice!r} names no bound tool; the tools are {names}"
+            )
+        if self.tool_choice == "required" and not self.tools:
+            raise ValueError("tool_choice 'required' needs at least one tool")
+
+    @property
+    def offered_tools(self) -> list[dict[str, Any]]:
+        """The tools the chat template shows the model (none with ``tool_choice='none'``)."""
+        return [] if self.tool_choice == "none" else list(self.tools)
+
+    @property
+    def forced_tools(self) -> list[dict[str, Any]]:
+        """The tools one of which the answer must call (empty unless the choice forces it)."""
+        if self.tool_choice == "required":
+            return list(self.tools)
+        if self.tool_choice in (None, "auto", "none"):
+            return []
+        return [t for t in self.tools if tool_name(t) == self.tool_choice]
+
+    def answer_constraint(self) -> dict[str, Any] | None:
+        """The vLLM ``structured_outputs`` field of the answer request, if any."""
+        if self.forced_tools:
+            return {"json": forced_call_schema(self.forced_tools)}
+        if isinstance(self.response_format, JsonSchemaFormat):
+            return {"json": self.response_format.schema}
+        if isinstance(self.response_format, JsonObjectFormat):
+            return {"json_object": True}
+        return None
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    text: str
+    model: ModelRole
+
+
+@dataclass(frozen=True)
+class ContentDelta:
+    text: str
+    model: ModelRole
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A finished tool call (or an unreadable one), numbered in answer order."""
+
+    index: int
+    call: ToolCall | InvalidToolCall
+
+
+@dataclass(frozen=True)
+class ChatResponse:
+    """The whole turn: the answer split into content and tool calls, and the relay's result."""
+
+    content: str
+    reasoning: str
+    tool_calls: list[ToolCall]
+    invalid_tool_calls: list[InvalidToolCall]
+    finish_reason: Literal["stop", "length", "tool_calls"]
+    result: RelayResult
+
+
+ChatEvent = ReasoningDelta | ContentDelta | ToolCallDelta | ChatResponse
+
+
+async def stream_chat(switcher: RelaySwitcher, request: ChatRequest) -> AsyncIterator[ChatEvent]:
+    """Run one chat turn on the relay, streaming what a chat client shows."""
+    constraint = request.answer_constraint()
+    forced = bool(request.forced_tools)
+    parser = ToolCallStream() if request.offered_tools and not forced else None
+    content: list[str] = []
+    calls: list[ToolCall | InvalidToolCall] = []
+    result: RelayResult | None = None
+
+    def emit(pieces: list[str | ToolCall | InvalidToolCall], model: ModelRole) -> list[ChatEvent]:
+        events: list[ChatEvent] = []
+        for piece in pieces:
+            if isinstance(piece, str):
+                content.append(piece)
+                events.append(ContentDelta(piece, model))
+            else:
+                calls.append(piece)
+                events.append(ToolCallDelta(len(calls) - 1, piece))
+        return events
+
+    async for event in switcher.stream(
+        request.messages,
+        tools=request.offered_tools or None,
+        chat_template_kwargs=request.chat_template_kwargs,
+        sampling=request.sampling,
+        stop=request.stop,
+        answer_extra_body={"structured_outputs": constraint} if constraint else None,
+    ):
+        if isinstance(event, TextDelta):
+            if event.phase == "reasoning":
+                yield ReasoningDelta(event.text, event.model)
+            elif forced:
+                content.append(event.text)  # JSON of the call: parsed at the end
+            elif parser is not None:
+                for chat_event in emit(parser.feed(event.text), event.model):
+                    yield chat_event
+            else:
+                for chat_event in emit([event.text], event.model):
+                    yield chat_event
+        elif isinstance(event, RelayDone):
+            result = event.result
+    assert result is not None, "a relay stream always ends with RelayDone"
+    last_model = result.segments[-1].model if result.segments else "large"
+    if forced:
+        call_text, content = "".join(content), []
+        for chat_event in emit([_forced_call(call_text, result)], last_model):
+            yield chat_event
+    elif parser is not None:
+        for chat_event in emit(parser.close(), last_model):
+            yield chat_event
+    valid = [c for c in calls if isinstance(c, ToolCall)]
+    if not request.parallel_tool_calls:
+        valid = valid[:1]
+    yield ChatResponse(
+        content="".join(content).strip(),
+        reasoning=result.reasoning,
+        tool_calls=valid,
+        invalid_tool_calls=[c for c in calls if isinstance(c, InvalidToolCall)],
+        finish_reason="tool_calls" if valid else _finish(result),
+        result=result,
+    )
+
+
+def tool_name(tool: Mapping[str, Any]) -> str:
+    """The function name of an OpenAI-format tool."""
+    function = tool.get("function", tool)
+    return str(function["name"])
+
+
+def forced_call_schema(tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """JSON schema of ``{"name": ..., "arguments": {...}}`` calling one of `tools`."""
+    options = []
+    for tool in tools:
+        function = tool.get("function", tool)
+        parameters = function.get("parameters") or {"type": "object", "properties": {}}
+        options.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": function["name"]}, "arguments": parameters},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    return options[0] if len(options) == 1 else {"anyOf": options}
+
+
+def _forced_call(text: str, result: RelayResult) -> ToolCall | InvalidToolCall:
+    if result.finish_reason == "length":
+        return InvalidToolCall(text.strip(), "the tool call was cut off by the token limit")
+    return parse_call(text)
+
+
+def _finish(result: RelayResult) -> Literal["stop", "length"]:
+    return "length" if result.finish_reason == "length" else "stop"
+
+
+def dump_arguments(call: ToolCall) -> str:
+    """The call's arguments as the JSON string OpenAI-format messages carry."""
+    return json.dumps(call.arguments, ensure_ascii=False)

@@ -1,0 +1,414 @@
+"""``RelayChatModel``: RelayGen as a LangChain chat model, a drop-in for ``ChatOpenAI``."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from operator import itemgetter
+from typing import Any, Literal, Self
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
+from langchain_core.language_models.model_profile import ModelProfile
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.output_parsers import (
+    JsonOutputKeyToolsParser,
+    JsonOutputParser,
+    PydanticOutputParser,
+    PydanticToolsParser,
+)
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
+from langchain_core.utils.pydantic import is_basemodel_subclass
+from pydantic import BaseModel, PrivateAttr, model_validator
+
+from ..core.chat import (
+    ChatRequest,
+    ChatResponse,
+    JsonObjectFormat,
+    JsonSchemaFormat,
+    ResponseFormat,
+    stream_chat,
+)
+from ..core.cues import CueSet
+from ..core.settings import RelaySettings
+from ..core.switcher import RelaySwitcher
+from ..core.sync import BackgroundLoop
+from . import messages as convert
+
+_SAMPLING_KWARGS = ("temperature", "top_p", "top_k", "seed", "max_tokens")
+_REQUEST_KWARGS = (
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+    "chat_template_kwargs",
+)
+StructuredOutputMethod = Literal["function_calling", "json_schema", "json_mode"]
+
+
+class RelayChatModel(RelaySettings, BaseChatModel):
+    """A large reasoning model and a small one, switching inside each generation (RelayGen).
+
+    The large model reasons; whenever it writes a calibrated switch cue ("Therefore,", ...)
+    the small model finishes the sentence and hands back; after ``</think>`` the small model
+    writes the answer. Both are vLLM OpenAI-compatible servers.
+
+    Setup:
+        Serve both models with vLLM (``VLLM_MAX_STOP_STRINGS=1024 vllm serve ...``), then
+        ``pip install relay-integrations``. Unset fields come from ``RELAY_LARGE__BASE_URL``,
+        ``RELAY_LARGE__MODEL``, ``RELAY_SMALL__BASE_URL``, ``RELAY_SMALL__MODEL``,
+        ``RELAY_CUES`` and ``RELAY_API_KEY``.
+
+    Instantiate:
+        .. code-block:: python
+
+            from relay_integrations.langchain import RelayChatModel
+
+            llm = RelayChatModel(
+                large_url="http://gpu-a:8000/v1", large_model="Qwen/Qwen3-32B",
+                small_url="http://gpu-b:8001/v1", small_model="Qwen/Qwen3-1.7B",
+                cues="builtin:qwen3-32b--qwen3-1.7b",   # or a `relaygen calibrate` artifact
+                temperature=0.6, max_tokens=8192, timeout=120, max_retries=3,
+            )
+
+    Invoke:
+        .. code-block:: python
+
+            msg = llm.invoke("How many primes are below 30?")
+            msg.content                                  # the answer only
+            msg.additional_kwargs["reasoning_content"]   # the reasoning, both models' text
+
+    Stream:
+        .. code-block:: python
+
+            for chunk in llm.stream("How many primes are below 30?"):
+                print(chunk.additional_kwargs.get("reasoning_content", ""), chunk.text, end="")
+
+    Async:
+        .. code-block:: python
+
+            msg = await llm.ainvoke("...")
+            async for chunk in llm.astream("..."): ...
+            msgs = await llm.abatch(["...", "..."])     # concurrent generations
+
+    Tool calling:
+        .. code-block:: python
+
+            def get_weather(city: str) -> str:
+                \"\"\"Weather in a city.\"\"\"
+
+            llm_with_tools = llm.bind_tools([get_weather], tool_choice="auto")
+            llm_with_tools.invoke("Weather in Paris?").tool_calls
+            # [{'name': 'get_weather', 'args': {'city': 'Paris'}, 'id': 'call_...'}]
+
+        ``tool_choice`` is ``auto``, ``any``/``required``, ``none`` or a tool's name; a forced
+        choice constrains the answer with vLLM structured outputs, so the call is well-formed.
+
+    Structured output:
+        .. code-block:: python
+
+            class Answer(BaseModel):
+                value: int
+                reason: str
+
+            llm.with_structured_output(Answer).invoke("...")      # json_schema (default)
+            llm.with_structured_output(Answer, method="function_calling", include_raw=True)
+
+    Usage:
+        ``msg.usage_metadata``: input and output tokens summed over both models and all
+        their requests, ``input_token_details.cache_read`` (prefix-cache hits) and
+        ``output_token_details.reasoning``.
+
+    Response metadata:
+        ``msg.response_metadata``: ``model_name``, ``finish_reason`` and ``relay`` (the
+        large-model share of written tokens, switches, time, usage per model).
+    """
+
+    _cue_set: CueSet = PrivateAttr()
+    _switchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RelaySwitcher] = PrivateAttr(
+        default_factory=weakref.WeakKeyDictionary
+    )
+    _background: BackgroundLoop = PrivateAttr(default_factory=BackgroundLoop)
+
+    @model_validator(mode="after")
+    def _check_cues(self) -> Self:
+        self._cue_set = self.load_cues()  # a bad artifact fails here, with its reason
+        return self
+
+    @property
+    def _llm_type(self) -> str:
+        return "relay-chat"
+
+    @property
+    def model_name(self) -> str:
+        """Both models, large first: what ``response_metadata["model_name"]`` reports."""
+        return f"{self.large_model}+{self.small_model}"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {
+            "large_model": self.large_model,
+            "small_model": self.small_model,
+            "cues": self.cues,
+            **self.sampling().model_dump(),
+        }
+
+    def _resolve_model_profile(self) -> ModelProfile | None:
+        return ModelProfile(
+            text_inputs=True,
+            image_inputs=False,
+            audio_inputs=False,
+            pdf_inputs=False,
+            video_inputs=False,
+            reasoning_output=True,
+            text_outputs=True,
+            tool_calling=True,
+            tool_choice=True,
+            tool_call_streaming=True,
+            structured_output=True,
+            max_output_tokens=self.max_tokens,
+        )
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        params = LangSmithParams(
+            ls_provider="relay",
+            ls_model_name=kwargs.get("model", self.model_name),
+            ls_model_type="chat",
+            ls_temperature=kwargs.get("temperature", self.temperature),
+            ls_max_tokens=kwargs.get("max_tokens", self.max_tokens),
+        )
+        if stop_sequences := stop or self.stop:
+            params["ls_stop"] = stop_sequences
+        return params
+
+    # -- generation ---------------------------------------------------------------------
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        request = self._request(messages, stop, kwargs)
+        async for event in stream_chat(self._switcher(), request):
+            if isinstance(event, ChatResponse):
+                chunk = convert.final_chunk(event, self.model_name)
+            else:
+                chunk = convert.delta_chunk(event)
+            generation = ChatGenerationChunk(message=chunk)
+            if run_manager is not None:
+                await run_manager.on_llm_new_token(generation.text, chunk=generation)
+            yield generation
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        request = self._request(messages, stop, kwargs)
+        async for event in stream_chat(self._switcher(), request):
+            if isinstance(event, ChatResponse):
+                message = convert.message(event, self.model_name)
+                info = {"finish_reason": event.finish_reason}
+                return ChatResult(
+                    generations=[ChatGeneration(message=message, generation_info=info)]
+                )
+        raise AssertionError("a chat stream always ends with its response")
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return self._background.run(self._agenerate(messages, stop, None, **kwargs))
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        for generation in self._background.iterate(self._astream(messages, stop, None, **kwargs)):
+            if run_manager is not None:
+                run_manager.on_llm_new_token(generation.text, chunk=generation)
+            yield generation
+
+    # -- tools and structured output ------------------------------------------------------
+
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: dict[str, Any] | str | bool | None = None,
+        parallel_tool_calls: bool | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """Bind tools, rendered by the model's own chat template.
+
+        ``tool_choice``: ``"auto"`` (default), ``"none"``, ``"any"``/``"required"``/``True``
+        (some tool must be called), or a tool's name (or ``{"type": "function", "function":
+        {"name": ...}}``). ``parallel_tool_calls=False`` keeps only the first call.
+        """
+        formatted = [convert_to_openai_tool(tool) for tool in tools]
+        bound: dict[str, Any] = {"tools": formatted, **kwargs}
+        if tool_choice is not None:
+            bound["tool_choice"] = _tool_choice(tool_choice)
+        if parallel_tool_calls is not None:
+            bound["parallel_tool_calls"] = parallel_tool_calls
+        return self.bind(**bound)
+
+    def with_structured_output(
+        self,
+        schema: dict[str, Any] | type | None = None,
+        *,
+        method: StructuredOutputMethod = "json_schema",
+        include_raw: bool = False,
+        strict: bool | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, dict[str, Any] | BaseModel]:
+        """A model whose answer is parsed into `schema`, constrained by vLLM structured outputs.
+
+        ``method``: ``"json_schema"`` (the answer is JSON valid against the schema),
+        ``"function_calling"`` (a forced tool call), or ``"json_mode"`` (any JSON object;
+        say in the prompt which keys you want). ``include_raw=True`` returns
+        ``{"raw": AIMessage, "parsed": ..., "parsing_error": ...}``.
+        """
+        if kwargs:
+            raise TypeError(f"unsupported arguments: {sorted(kwargs)}")
+        pydantic_schema = isinstance(schema, type) and is_basemodel_subclass(schema)
+        if method != "json_mode" and schema is None:
+            raise ValueError(f"method {method!r} needs a schema")
+        output_parser: Runnable[Any, Any]
+        if method == "function_calling":
+            assert schema is not None
+            tool = convert_to_openai_tool(schema)
+            name = tool["function"]["name"]
+            llm = self.bind_tools([schema], tool_choice=name, parallel_tool_calls=False)
+            output_parser = (
+                PydanticToolsParser(tools=[schema], first_tool_only=True)
+                if pydantic_schema
+                else JsonOutputKeyToolsParser(key_name=name, first_tool_only=True)
+            )
+        elif method in ("json_schema", "json_mode"):
+            response_format: dict[str, Any] = {"type": "json_object"}
+            if method == "json_schema":
+                assert schema is not None
+                json_schema = (
+                    schema.model_json_schema()  # type: ignore[union-attr]
+                    if pydantic_schema
+                    else convert_to_json_schema(schema)
+                )
+                response_format = {"type": "json_schema", "json_schema": {"schema": json_schema}}
+            llm = self.bind(response_format=response_format)
+            output_parser = (
+                PydanticOutputParser(pydantic_object=schema)
+                if pydantic_schema
+                else JsonOutputParser()
+            )
+        else:
+            raise ValueError(
+                f"unknown method {method!r}: use function_calling, json_schema or json_mode"
+            )
+        if not include_raw:
+            return llm | output_parser
+        parsed = RunnablePassthrough.assign(
+            parsed=itemgetter("raw") | output_parser, parsing_error=lambda _: None
+        )
+        fallback = RunnablePassthrough.assign(parsed=lambda _: None)
+        return RunnableMap(raw=llm) | parsed.with_fallbacks(
+            [fallback], exception_key="parsing_error"
+        )
+
+    # -- token counting -------------------------------------------------------------------
+
+    def get_num_tokens(self, text: str) -> int:
+        """Tokens of `text` by the large model's server tokenizer (``POST /tokenize``)."""
+        body = {"model": self.large_model, "prompt": text, "add_special_tokens": False}
+        return self._background.run(self._count(body))
+
+    def get_num_tokens_from_messages(
+        self,
+        messages: list[BaseMessage],
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool] | None = None,
+    ) -> int:
+        """Tokens of the chat as the large model's chat template renders it."""
+        body: dict[str, Any] = {
+            "model": self.large_model,
+            "messages": convert.to_openai(messages),
+            "add_generation_prompt": True,
+        }
+        if tools:
+            body["tools"] = [convert_to_openai_tool(tool) for tool in tools]
+        return self._background.run(self._count(body))
+
+    async def _count(self, body: dict[str, Any]) -> int:
+        response = await self._switcher().endpoints["large"].post_json("/tokenize", body)
+        return int(response["count"])
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _switcher(self) -> RelaySwitcher:
+        """The switcher of the running event loop (HTTP clients belong to one loop)."""
+        loop = asyncio.get_running_loop()
+        switcher = self._switchers.get(loop)
+        if switcher is None:
+            switcher = RelaySwitcher(self.relay_config(), cues=self._cue_set)
+            self._switchers[loop] = switcher
+        return switcher
+
+    def _request(
+        self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
+    ) -> ChatRequest:
+        kwargs = {k: v for k, v in kwargs.items() if not k.startswith("ls_")}
+        unknown = set(kwargs) - set(_SAMPLING_KWARGS) - set(_REQUEST_KWARGS)
+        if unknown:
+            raise TypeError(
+                f"RelayChatModel got unsupported arguments {sorted(unknown)}; it takes "
+                f"{sorted((*_SAMPLING_KWARGS, *_REQUEST_KWARGS, 'stop'))}"
+            )
+        tool_choice = kwargs.get("tool_choice")
+        return ChatRequest(
+            messages=convert.to_openai(messages),
+            tools=kwargs.get("tools") or (),
+            tool_choice=_tool_choice(tool_choice) if tool_choice is not None else None,
+            parallel_tool_calls=kwargs.get("parallel_tool_calls", True),
+            response_format=_response_format(kwargs.get("response_format")),
+            stop=stop if stop is not None else (self.stop or ()),
+            sampling=self.sampling(**{k: kwargs.get(k) for k in _SAMPLING_KWARGS}),
+            chat_template_kwargs={
+                **self.chat_template_kwargs,
+                **(kwargs.get("chat_template_kwargs") or {}),
+            },
+        )
+
+
+def _tool_choice(choice: dict[str, Any] | str | bool) -> str:
+    if choice is True or choice in ("any", "required"):
+        return "required"
+    if choice is False:
+        return "none"
+    if isinstance(choice, dict):
+        return str(choice.get("function", choice)["name"])
+    return str(choice)
+
+
+def _response_format(value: dict[str, Any] | ResponseFormat | None) -> ResponseFormat | None:
+    """An OpenAI-style ``response_format`` (or the core's) as the core's."""
+    if value is None or isinstance(value, JsonSchemaFormat | JsonObjectFormat):
+        return value
+    kind = value.get("type")
+    if kind == "json_object":
+        return JsonObjectFormat()
+    if kind == "json_schema":
+        return JsonSchemaFormat(value["json_schema"]["schema"])
+    raise ValueError(f"response_format type {kind!r}: use 'json_schema' or 'json_object'")

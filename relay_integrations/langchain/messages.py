@@ -1,0 +1,117 @@
+"""Translation between LangChain messages and the relay's chat types (nothing else)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    convert_to_openai_messages,
+)
+from langchain_core.messages import InvalidToolCall as LCInvalidToolCall
+from langchain_core.messages import ToolCall as LCToolCall
+from langchain_core.messages.ai import UsageMetadata
+from langchain_core.messages.tool import tool_call_chunk
+
+from ..core.chat import ChatResponse, ContentDelta, ReasoningDelta, ToolCallDelta
+from ..core.result import RelayResult
+from ..core.tool_calls import InvalidToolCall, ToolCall
+
+REASONING_KEY = "reasoning_content"
+
+
+def to_openai(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+    """OpenAI-format dicts for the chat template; earlier turns' reasoning is left out."""
+    converted = convert_to_openai_messages(list(messages))
+    for message in converted:
+        message.pop(REASONING_KEY, None)
+    return converted
+
+
+def delta_chunk(event: ReasoningDelta | ContentDelta | ToolCallDelta) -> AIMessageChunk:
+    """The message chunk of one streamed event."""
+    if isinstance(event, ReasoningDelta):
+        return AIMessageChunk(content="", additional_kwargs={REASONING_KEY: event.text})
+    if isinstance(event, ContentDelta):
+        return AIMessageChunk(content=event.text)
+    call = event.call
+    arguments = (
+        json.dumps(call.arguments, ensure_ascii=False) if isinstance(call, ToolCall) else call.text
+    )
+    return AIMessageChunk(
+        content="",
+        tool_call_chunks=[
+            tool_call_chunk(name=call.name, args=arguments, id=call.id, index=event.index)
+        ],
+    )
+
+
+def final_chunk(response: ChatResponse, model_name: str) -> AIMessageChunk:
+    """The last chunk of a stream: usage over both models and the response metadata."""
+    return AIMessageChunk(
+        content="",
+        usage_metadata=usage_metadata(response.result),
+        response_metadata=response_metadata(response, model_name),
+        chunk_position="last",
+    )
+
+
+def message(response: ChatResponse, model_name: str) -> AIMessage:
+    """The whole answer as one message: content, reasoning, tool calls and usage."""
+    additional = {REASONING_KEY: response.reasoning} if response.reasoning else {}
+    return AIMessage(
+        content=response.content,
+        additional_kwargs=additional,
+        tool_calls=[_tool_call(c) for c in response.tool_calls],
+        invalid_tool_calls=[_invalid_tool_call(c) for c in response.invalid_tool_calls],
+        usage_metadata=usage_metadata(response.result),
+        response_metadata=response_metadata(response, model_name),
+        id=response.result.generation_id,
+    )
+
+
+def usage_metadata(result: RelayResult) -> UsageMetadata:
+    """Tokens summed over both models and all their requests.
+
+    Every segment re-sends the text so far, so ``input_tokens`` counts a prefix once per
+    request; ``input_token_details.cache_read`` shows how much of it the prefix cache served.
+    """
+    prompt = sum(u.prompt_tokens for u in result.usage.values())
+    output = result.completion_tokens
+    return UsageMetadata(
+        input_tokens=prompt,
+        output_tokens=output,
+        total_tokens=prompt + output,
+        input_token_details={"cache_read": sum(u.cached_tokens for u in result.usage.values())},
+        output_token_details={"reasoning": result.reasoning_tokens},
+    )
+
+
+def response_metadata(response: ChatResponse, model_name: str) -> dict[str, Any]:
+    result = response.result
+    return {
+        "model_name": model_name,
+        "finish_reason": response.finish_reason,
+        "relay": {
+            "generation_id": result.generation_id,
+            "large_share": result.stats.large_share,
+            "switches": result.stats.switches,
+            "seconds": result.stats.total_seconds,
+            "time_to_first_token": result.stats.time_to_first_token,
+            "usage": {role: usage.model_dump() for role, usage in result.usage.items()},
+        },
+    }
+
+
+def _tool_call(call: ToolCall) -> LCToolCall:
+    return LCToolCall(name=call.name, args=call.arguments, id=call.id, type="tool_call")
+
+
+def _invalid_tool_call(call: InvalidToolCall) -> LCInvalidToolCall:
+    return LCInvalidToolCall(
+        name=call.name, args=call.text, id=call.id, error=call.error, type="invalid_tool_call"
+    )
