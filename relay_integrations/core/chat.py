@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .config import ModelRole, SamplingConfig
+from .generation import RequestHook
 from .result import RelayDone, RelayResult, TextDelta
 from .switcher import RelaySwitcher
 from .tool_calls import InvalidToolCall, ToolCall, ToolCallStream, parse_call
@@ -57,6 +58,8 @@ class ChatRequest:
     stop: Sequence[str] = ()
     sampling: SamplingConfig | None = None
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    request_hook: RequestHook | None = None
+    """Extra fields per upstream request (``relay_integrations.testing.forcing``, ...)."""
 
     def __post_init__(self) -> None:
         names = [tool_name(t) for t in self.tools]
@@ -156,6 +159,7 @@ async def stream_chat(switcher: RelaySwitcher, request: ChatRequest) -> AsyncIte
         sampling=request.sampling,
         stop=request.stop,
         answer_extra_body={"structured_outputs": constraint} if constraint else None,
+        request_hook=request.request_hook,
     ):
         if isinstance(event, TextDelta):
             if event.phase == "reasoning":

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field, SecretStr, model_validator
 
 from .config import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
 from .cues import CueSet
+from .generation import RequestHook
 
 _ENV_FIELDS = {
     "large_url": ("large", "base_url"),
@@ -64,6 +65,12 @@ class RelaySettings(BaseModel):
     max_concurrency: int = Field(default=64, ge=1, description="Requests in flight per endpoint")
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict, description='e.g. {"enable_thinking": False}'
+    )
+    request_hook: RequestHook | None = Field(
+        default=None,
+        exclude=True,
+        description="Extra vLLM fields per upstream request; tests and benchmarks force known "
+        "outputs with relay_integrations.testing.forcing",
     )
 
     @model_validator(mode="before")

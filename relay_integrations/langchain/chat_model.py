@@ -389,6 +389,7 @@ class RelayChatModel(RelaySettings, BaseChatModel):
                 **self.chat_template_kwargs,
                 **(kwargs.get("chat_template_kwargs") or {}),
             },
+            request_hook=self.request_hook,
         )
 
 
