@@ -18,7 +18,7 @@ unset come from ``RELAY_*`` environment variables (``RELAY_LARGE__BASE_URL``, ..
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
 
@@ -88,6 +88,11 @@ class RelaySettings(BaseModel):
         if filled.get("api_key") is None and os.environ.get("RELAY_API_KEY"):
             filled["api_key"] = os.environ["RELAY_API_KEY"]
         return filled
+
+    @classmethod
+    def from_env(cls, **fields: Any) -> Self:
+        """A model configured by ``RELAY_*`` variables; keyword fields win over them."""
+        return cls.model_validate(fields)
 
     def load_cues(self) -> CueSet:
         """The cue set; a missing or malformed artifact fails here with the reason."""
