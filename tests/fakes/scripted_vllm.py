@@ -5,7 +5,12 @@ A :class:`ScriptedModel` continues every prompt with the rest of a scripted trac
 is the rendered chat (``ASSISTANT`` marks where the generation starts) plus whatever has been
 generated so far, and the reply is the trace after that. Streaming, stop strings with
 ``include_stop_str_in_output``, ``min_tokens``, ``max_tokens``, ``stop_reason``, usage with
-cached tokens, ``/tokenize``, ``/detokenize`` and ``/v1/models`` behave like vLLM's.
+cached tokens, ``/tokenize``, ``/detokenize`` and ``/v1/models`` behave like vLLM's; a request
+without ``"stream": true`` gets the whole completion in one response. ``/tokenize`` renders
+chat messages (and tools) like vLLM with the Qwen3 chat template (:func:`render_chat`).
+
+A model's ``respond`` callback, when given, replaces the trace: it gets the prompt and the
+request body and returns the continuation (see ``tests/fakes/capable_model.py``).
 """
 
 from __future__ import annotations
@@ -33,11 +38,133 @@ def tokenize(text: str) -> list[str]:
     return _TOKEN.findall(text)
 
 
-def render_chat(messages: list[dict[str, Any]], thinking: bool = True) -> str:
-    text = "".join(
-        f"<|im_start|>{m['role']}\n{m.get('content') or ''}<|im_end|>\n" for m in messages
-    )
+TOOLS_INTRO = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+TOOLS_OUTRO = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+)
+
+
+def render_chat(
+    messages: list[dict[str, Any]],
+    thinking: bool = True,
+    tools: list[dict[str, Any]] | None = None,
+) -> str:
+    """The prompt vLLM renders with the Qwen3 chat template and ``add_generation_prompt``.
+
+    Messages are first normalised as vLLM does (text parts joined, tool-call arguments parsed
+    into objects, ``reasoning`` read), then rendered like the template: tools in the system
+    turn, reasoning kept only after the last user query, tool results grouped in user turns.
+    """
+    chat = [_normalize_message(m) for m in messages]
+    if not chat:
+        return ASSISTANT + ("" if thinking else THINKING_OFF)
+    text = _system_header(chat[0], [_normalize_tool(t) for t in tools or []])
+    last_query = _last_query_index(chat)
+    for i, message in enumerate(chat):
+        if message["role"] == "user" or (message["role"] == "system" and i > 0):
+            text += f"<|im_start|>{message['role']}\n{message['content']}<|im_end|>\n"
+        elif message["role"] == "assistant":
+            text += _render_assistant(message, after_query=i > last_query, last=i == len(chat) - 1)
+        elif message["role"] == "tool":
+            first = i == 0 or chat[i - 1]["role"] != "tool"
+            final = i == len(chat) - 1 or chat[i + 1]["role"] != "tool"
+            text += "<|im_start|>user" if first else ""
+            text += f"\n<tool_response>\n{message['content']}\n</tool_response>"
+            text += "<|im_end|>\n" if final else ""
     return text + ASSISTANT + ("" if thinking else THINKING_OFF)
+
+
+def to_json(value: Any) -> str:
+    """The chat template's ``tojson`` (transformers': no ASCII escaping, default separators)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _normalize_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A message as vLLM hands it to the template: string content, parsed tool arguments."""
+    content = message.get("content")
+    if isinstance(content, list):
+        texts = [p.get("text", "") for p in content if p.get("type") == "text"]
+        content = "\n".join(texts)
+    normalized = {"role": message["role"], "content": content or ""}
+    calls = [_normalize_call(c) for c in message.get("tool_calls") or []]
+    if message["role"] == "assistant" and calls:
+        normalized["tool_calls"] = calls
+    if message["role"] == "assistant" and message.get("reasoning") is not None:
+        normalized["reasoning"] = message["reasoning"]  # vLLM passes it as reasoning_content
+    return normalized
+
+
+def _normalize_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A tool call's name and arguments as an object (vLLM coerces bad JSON to ``{}``)."""
+    function = call.get("function") or call
+    arguments = function.get("arguments") or {}
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            arguments = {}
+    return {"name": function["name"], "arguments": arguments if isinstance(arguments, dict) else {}}
+
+
+def _normalize_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool as vLLM re-serialises it: known fields only, missing ones as null."""
+    function = tool["function"]
+    normalized = {
+        "name": function["name"],
+        "description": function.get("description"),
+        "parameters": function.get("parameters"),
+    }
+    if function.get("strict") is not None:
+        normalized["strict"] = function["strict"]
+    return {"type": "function", "function": normalized}
+
+
+def _system_header(first: dict[str, Any], tools: list[dict[str, Any]]) -> str:
+    """The system turn: the first system message, then the tools block if there are tools."""
+    system = first["content"] if first["role"] == "system" else None
+    if not tools:
+        return "" if system is None else f"<|im_start|>system\n{system}<|im_end|>\n"
+    lines = "".join("\n" + to_json(t) for t in tools)
+    intro = "" if system is None else system + "\n\n"
+    return f"<|im_start|>system\n{intro}{TOOLS_INTRO}{lines}{TOOLS_OUTRO}<|im_end|>\n"
+
+
+def _last_query_index(chat: list[dict[str, Any]]) -> int:
+    """The last user message that is not a wrapped tool response (the template's rule)."""
+    for i in range(len(chat) - 1, -1, -1):
+        content = chat[i]["content"]
+        wrapped = content.startswith("<tool_response>") and content.endswith("</tool_response>")
+        if chat[i]["role"] == "user" and not wrapped:
+            return i
+    return len(chat) - 1
+
+
+def _render_assistant(message: dict[str, Any], after_query: bool, last: bool) -> str:
+    """An assistant turn: reasoning only after the last query, then content and tool calls."""
+    content: str = message["content"]
+    reasoning = message.get("reasoning")
+    if not isinstance(reasoning, str):
+        reasoning = ""
+        if "</think>" in content:
+            parts = content.split("</think>")
+            reasoning = parts[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
+            content = parts[-1].lstrip("\n")
+    text = "<|im_start|>assistant\n"
+    if after_query and (last or reasoning):
+        text += "<think>\n" + reasoning.strip("\n") + "\n</think>\n\n" + content.lstrip("\n")
+    else:
+        text += content
+    for i, call in enumerate(message.get("tool_calls", [])):
+        if i > 0 or content:
+            text += "\n"
+        arguments = to_json(call["arguments"])
+        text += f'<tool_call>\n{{"name": "{call["name"]}", "arguments": {arguments}}}\n</tool_call>'
+    return text + "<|im_end|>\n"
 
 
 @dataclass
@@ -57,7 +184,7 @@ class ScriptedModel:
     max_model_len: int = 4096
     token_delay: float = 0.0
     max_stop_strings: int | None = None  # vLLM's VLLM_MAX_STOP_STRINGS (4 by default there)
-    respond: Callable[[str], str] | None = None
+    respond: Callable[[str, dict[str, Any]], str] | None = None  # (prompt, request body)
     faults: list[Fault] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
@@ -65,9 +192,10 @@ class ScriptedModel:
     active: int = 0
     _seen_prompts: list[list[str]] = field(default_factory=list)
 
-    def continuation(self, prompt: str) -> str:
+    def continuation(self, prompt: str, body: dict[str, Any]) -> str:
+        """The rest of the output after `prompt` (rendered chat + generation so far)."""
         if self.respond is not None:
-            return self.respond(prompt)
+            return self.respond(prompt, body)
         generated = prompt.split(ASSISTANT, 1)[1] if ASSISTANT in prompt else ""
         generated = generated.removeprefix(THINKING_OFF)
         assert self.trace.startswith(generated), (generated, self.trace)
@@ -145,7 +273,10 @@ class ScriptedVLLM:
     async def _tokenize(self, request: Request) -> Response:
         body = await request.json()
         thinking = (body.get("chat_template_kwargs") or {}).get("enable_thinking", True)
-        text = render_chat(body["messages"], thinking) if "messages" in body else body["prompt"]
+        if "messages" in body:
+            text = render_chat(body["messages"], thinking, body.get("tools"))
+        else:
+            text = body["prompt"]
         ids = self._ids(tokenize(text))
         model = self.models[body["model"]]
         model.renders += 1
@@ -175,90 +306,113 @@ class ScriptedVLLM:
         fault = model.faults.pop(0) if model.faults else Fault()
         if fault.status is not None:
             return JSONResponse({"error": {"message": "injected"}}, fault.status, fault.headers)
-        return StreamingResponse(self._stream(model, body, fault), media_type="text/event-stream")
+        if body.get("stream"):
+            stream = self._stream(model, body, fault)
+            return StreamingResponse(stream, media_type="text/event-stream")
+        return JSONResponse(await self._complete(model, body, fault))
+
+    async def _generate(
+        self, model: ScriptedModel, body: dict[str, Any], fault: Fault, outcome: _Outcome
+    ) -> AsyncIterator[str]:
+        """The text pieces of one completion (one a token, bar a stop's trimmed last piece);
+        `outcome` gets the finish reason and usage at the end."""
+        if fault.stall:
+            await asyncio.sleep(fault.stall)
+        prompt_tokens = tokenize(body["prompt"])
+        cached = model.cached_tokens(prompt_tokens)
+        stops = body.get("stop") or []
+        include = body.get("include_stop_str_in_output", False)
+        text, n = "", 0
+        for token in tokenize(model.continuation(body["prompt"], body)):
+            if n == body.get("max_tokens"):
+                outcome.finish = "length"
+                break
+            if fault.cut_after is not None and n == fault.cut_after:
+                raise ConnectionResetError("injected cut")
+            n += 1
+            before = len(text)
+            text += token
+            hit = None
+            if n > body.get("min_tokens", 0):
+                for stop in stops:
+                    at = text.find(stop, max(before - len(stop) + 1, 0))
+                    if at != -1:
+                        hit = (at, stop)
+                        break
+            if hit is not None:
+                at, outcome.stop_reason = hit
+                end = at + len(outcome.stop_reason) if include else at
+                yield text[before:end] if end > before else ""
+                break
+            if model.token_delay:
+                await asyncio.sleep(model.token_delay)
+            yield token
+        outcome.usage = {
+            "prompt_tokens": len(prompt_tokens),
+            "completion_tokens": n,
+            "total_tokens": len(prompt_tokens) + n,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
 
     async def _stream(
         self, model: ScriptedModel, body: dict[str, Any], fault: Fault
     ) -> AsyncIterator[str]:
+        """A streamed completion: a chunk a token, the finish, usage, ``[DONE]``."""
         model.active += 1
         try:
-            if fault.stall:
-                await asyncio.sleep(fault.stall)
-            prompt_tokens = tokenize(body["prompt"])
-            cached = model.cached_tokens(prompt_tokens)
-            stops = body.get("stop") or []
-            include = body.get("include_stop_str_in_output", False)
-            text, n, finish, stop_reason = "", 0, "stop", None
-            for token in tokenize(model.continuation(body["prompt"])):
-                if n == body["max_tokens"]:
-                    finish = "length"
-                    break
-                if fault.cut_after is not None and n == fault.cut_after:
-                    raise ConnectionResetError("injected cut")
-                n += 1
-                before = len(text)
-                text += token
-                hit = None
-                if n > body.get("min_tokens", 0):
-                    for stop in stops:
-                        at = text.find(stop, max(before - len(stop) + 1, 0))
-                        if at != -1:
-                            hit = (at, stop)
-                            break
-                if hit is not None:
-                    at, stop_reason = hit
-                    end = at + len(stop_reason) if include else at
-                    yield _chunk(model.name, text[before:end] if end > before else "", None)
-                    text = text[:end]
-                    break
-                if model.token_delay:
-                    await asyncio.sleep(model.token_delay)
-                yield _chunk(model.name, token, None)
-            yield _chunk(model.name, "", finish, stop_reason)
-            usage = {
-                "prompt_tokens": len(prompt_tokens),
-                "completion_tokens": n,
-                "total_tokens": len(prompt_tokens) + n,
-                "prompt_tokens_details": {"cached_tokens": cached},
-            }
-            yield (
-                "data: "
-                + json.dumps(
-                    {
-                        "id": "c",
-                        "object": "text_completion",
-                        "created": 0,
-                        "model": model.name,
-                        "choices": [],
-                        "usage": usage,
-                    }
-                )
-                + "\n\n"
-            )
+            outcome = _Outcome()
+            async for piece in self._generate(model, body, fault, outcome):
+                yield _chunk(model.name, piece, None)
+            yield _chunk(model.name, "", outcome.finish, outcome.stop_reason)
+            usage = {**_completion(model.name, []), "usage": outcome.usage}
+            yield "data: " + json.dumps(usage) + "\n\n"
             yield "data: [DONE]\n\n"
         finally:
             model.active -= 1
 
+    async def _complete(
+        self, model: ScriptedModel, body: dict[str, Any], fault: Fault
+    ) -> dict[str, Any]:
+        """A non-streamed completion: the same text as the stream, in one response."""
+        model.active += 1
+        try:
+            outcome = _Outcome()
+            text = "".join([piece async for piece in self._generate(model, body, fault, outcome)])
+            choice = _choice(text, outcome.finish, outcome.stop_reason)
+            return {**_completion(model.name, [choice]), "usage": outcome.usage}
+        finally:
+            model.active -= 1
 
-def _chunk(model: str, text: str, finish: str | None, stop_reason: str | None = None) -> str:
-    choice = {
+
+@dataclass
+class _Outcome:
+    """How a completion ended."""
+
+    finish: str = "stop"
+    stop_reason: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+
+
+def _completion(model: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "id": "c",
+        "object": "text_completion",
+        "created": 0,
+        "model": model,
+        "choices": choices,
+    }
+
+
+def _choice(text: str, finish: str | None, stop_reason: str | None) -> dict[str, Any]:
+    return {
         "index": 0,
         "text": text,
         "logprobs": None,
         "finish_reason": finish,
         "stop_reason": stop_reason,
     }
-    return (
-        "data: "
-        + json.dumps(
-            {
-                "id": "c",
-                "object": "text_completion",
-                "created": 0,
-                "model": model,
-                "choices": [choice],
-                "usage": None,
-            }
-        )
-        + "\n\n"
-    )
+
+
+def _chunk(model: str, text: str, finish: str | None, stop_reason: str | None = None) -> str:
+    payload = {**_completion(model, [_choice(text, finish, stop_reason)]), "usage": None}
+    return "data: " + json.dumps(payload) + "\n\n"

@@ -182,7 +182,7 @@ async def test_small_model_may_not_end_the_reasoning() -> None:
     trace = "<think>\nSo. Therefore, done. Ok.\n</think>\n\nAnswer."
     small_text = "<think>\nSo. Therefore, done</think>"
 
-    def small_reply(prompt: str) -> str:
+    def small_reply(prompt: str, body: object) -> str:
         generated = prompt.split("<|im_start|>assistant\n", 1)[1]
         if generated.endswith("Therefore,"):
             return small_text[len(generated) :]
@@ -272,7 +272,7 @@ async def test_context_window_ends_the_generation_with_length() -> None:
 
 
 async def test_reasoning_limit_closes_the_reasoning_and_leaves_room_to_answer() -> None:
-    def small_reply(prompt: str) -> str:
+    def small_reply(prompt: str, body: object) -> str:
         if prompt.endswith("</think>"):
             return "\n\nThe answer is 4."
         return TRACE[len(prompt.split("<|im_start|>assistant\n", 1)[1]) :]
@@ -297,7 +297,7 @@ async def test_reasoning_limit_closes_the_reasoning_and_leaves_room_to_answer() 
 
 
 async def test_reasoning_left_open_at_end_of_sequence_is_closed_and_answered() -> None:
-    def small_reply(prompt: str) -> str:
+    def small_reply(prompt: str, body: object) -> str:
         return "\n\nIt is 4." if prompt.endswith("</think>") else ""
 
     large = ScriptedModel("large", "<think>\nLet me add two and two.")

@@ -1,0 +1,617 @@
+"""A scripted model that answers like a capable reasoning model, for the frameworks' standard
+integration tests on the scripted server (the real tiny test models write random text)::
+
+    large = ScriptedModel("large", "", respond=capable)
+    small = ScriptedModel("small", "", respond=capable)
+
+:func:`capable` reads the chat back out of the rendered Qwen3 prompt and continues a
+deterministic output: ``<think>\\n`` + four short sentences of reasoning, with "Now" and
+"Therefore," as sentence starters so that a relay with those cues switches models, +
+``\\n</think>\\n\\n`` + the answer (no think block when thinking is disabled). The reasoning
+depends on the chat alone, the answer on the chat and the request's ``structured_outputs``,
+so every request of a generation, whichever model serves it, continues the same text.
+
+The answer, first rule that applies:
+
+- ``structured_outputs.json``: a tool-call schema (``name`` const/enum + ``arguments``, or an
+  ``anyOf``/``oneOf`` of them) gets ``{"name": ..., "arguments": {...}}`` for the tool that
+  best matches the question; any other schema gets an instance of it, filled from the question.
+- ``structured_outputs.json_object``: an object with the keys the question quotes.
+- tools, the user's turn, and the question calls for a tool (names one, there is only one, or
+  the text says to use a tool): ``<tool_call>`` blocks, arguments filled from the question.
+- the last turn holds tool responses: a sentence stating the results.
+- otherwise a plain answer: a remembered name, arithmetic, a greeting, or a restatement.
+
+Values come from the question: numbers in order for numeric parameters, quoted then
+capitalised phrases for strings (descriptive fields get the question's subject), ``true`` for
+booleans, a short joke for ``setup``/``punchline``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.fakes.scripted_vllm import ASSISTANT, THINKING_OFF, TOOLS_INTRO, TOOLS_OUTRO, to_json
+
+_TURN = re.compile(r"<\|im_start\|>(system|user|assistant)\n(.*?)<\|im_end\|>\n", re.S)
+_TOOL_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)
+_TOOL_RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.S)
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.]*\w)")
+_QUOTED = re.compile(r"(?<!\w)['\"“‘]([^'\"“”‘’\n]+?)['\"”’](?!\w)")
+_CAPITALISED = re.compile(r"(?<!\w)[A-Z][\w'-]*(?:(?: |, )[A-Z][\w'-]*)*")
+_DECLINED = re.compile(r"\b(?:no|without(?: an?| the)?) ([a-z_]+)", re.I)
+_USE_TOOL = re.compile(
+    r"\b(?:use|using|call|calling|invoke)\b[^.?!]*\b(?:tools?|functions?)\b", re.I
+)
+_ABOUT = re.compile(r"\babout ([^.?!,;]+)", re.I)
+_ARITHMETIC = re.compile(
+    r"(-?\d+(?:\.\d+)?)\s*(\+|-|\*|/|x|×|÷|plus|minus|times|multiplied by|divided by)\s*"
+    r"(-?\d+(?:\.\d+)?)",
+    re.I,
+)
+_NAME_GIVEN = re.compile(
+    r"\b(?i:my name is|name is|call me|i am|i'm|remember(?: the| this| my)? name:?)\s+"
+    r"['\"]?([A-Z][\w'-]*)"
+)
+GREETINGS = frozenset({"hello", "hi", "hey", "hello there", "hi there", "hey there", "greetings"})
+GREETING = "Hello! How can I help you today?"
+_DESCRIPTIVE = frozenset(
+    {"description", "query", "text", "content", "message", "question", "topic", "summary"}
+    | {"reason", "answer", "prompt", "explanation", "comment", "note", "request", "details"}
+)
+_FORMATS = {
+    "date": "2024-01-01",
+    "date-time": "2024-01-01T00:00:00Z",
+    "time": "00:00:00",
+    "email": "user@example.com",
+    "uri": "https://example.com",
+}
+
+
+@dataclass
+class Turn:
+    """One turn of the rendered chat. ``role`` "tool" is a user turn of tool responses."""
+
+    role: str
+    text: str = ""
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    responses: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Chat:
+    """What the rendered prompt says: turns, tools (their ``function`` objects), thinking."""
+
+    turns: list[Turn]
+    tools: list[dict[str, Any]]
+    thinking: bool = True
+
+    @property
+    def last(self) -> Turn:
+        return self.turns[-1] if self.turns else Turn("user")
+
+    @property
+    def question(self) -> str:
+        """The last user message (not tool responses)."""
+        return next((t.text for t in reversed(self.turns) if t.role == "user"), "")
+
+    def tool(self, name: str) -> dict[str, Any]:
+        return next((t for t in self.tools if t.get("name") == name), {"name": name})
+
+
+def capable(prompt: str, body: dict[str, Any]) -> str:
+    """The rest of the capable model's output for the chat and generation in `prompt`."""
+    chat, generated = parse_prompt(prompt)
+    return _rest(full_output(chat, body), generated)
+
+
+def full_output(chat: Chat, body: dict[str, Any]) -> str:
+    """The whole output for `chat`: reasoning (if thinking) and the answer."""
+    answer = answer_for(chat, body)
+    if not chat.thinking:
+        return answer
+    return f"<think>\n{reasoning_for(chat)}\n</think>\n\n{answer}"
+
+
+def _rest(full: str, generated: str) -> str:
+    """What follows `generated` in `full`; after a reasoning closed early, the answer."""
+    if full.startswith(generated):
+        return full[len(generated) :]
+    _, closed, answer = full.rpartition("</think>")
+    if "</think>" in generated:
+        written = generated.rpartition("</think>")[2]
+        return answer[len(written) :] if answer.startswith(written) else ""
+    return "\n</think>" + answer if closed else ""
+
+
+# --- reading the prompt ---------------------------------------------------------------------
+
+
+def parse_prompt(prompt: str) -> tuple[Chat, str]:
+    """The chat rendered in `prompt`, and the text generated after it so far."""
+    head, marker, generated = prompt.rpartition(ASSISTANT)
+    if not marker:
+        head, generated = prompt, ""
+    thinking = not generated.startswith(THINKING_OFF)
+    generated = generated if thinking else generated[len(THINKING_OFF) :]
+    turns: list[Turn] = []
+    tools: list[dict[str, Any]] = []
+    for role, content in _TURN.findall(head):
+        if role == "system" and TOOLS_INTRO in content:
+            content, _, listing = content.partition(TOOLS_INTRO)
+            lines = listing.partition(TOOLS_OUTRO)[0].split("\n")
+            functions = [json.loads(line).get("function") or {} for line in lines if line]
+            tools = [f for f in functions if f.get("name")]
+            content = content.removesuffix("\n\n")
+            if not content:
+                continue
+        turns.append(_turn(role, content))
+    return Chat(turns, tools, thinking), generated
+
+
+def _turn(role: str, content: str) -> Turn:
+    """A turn from its rendered content: tool responses and tool calls read out."""
+    wrapped = content.startswith("<tool_response>") and content.endswith("</tool_response>")
+    if role == "user" and wrapped:
+        return Turn("tool", responses=_TOOL_RESPONSE.findall(content))
+    if role != "assistant":
+        return Turn(role, content)
+    visible = content.rpartition("</think>")[2]
+    calls: list[dict[str, Any]] = []
+    for block in _TOOL_CALL.findall(visible):
+        try:
+            calls.append(json.loads(block))
+        except json.JSONDecodeError:
+            continue
+    return Turn(role, _TOOL_CALL.sub("", visible).strip(), calls)
+
+
+# --- reasoning ------------------------------------------------------------------------------
+
+
+def reasoning_for(chat: Chat) -> str:
+    """Four short sentences: what was asked, "Now ...", a remark, "Therefore, ..." (chat only).
+
+    The remark keeps "Therefore," more than a relay's cool-down (5 tokens) after the sentence
+    the small model writes after "Now", so that both cues switch models.
+    """
+    if chat.last.role == "tool":
+        return (
+            "The tool has returned its result. Now I read what it says. "
+            "The result answers the question. Therefore, I will report the result."
+        )
+    asked = f"The user writes: {_snippet(chat.question)}."
+    if chat.tools and _wants_tools(chat):
+        tools = _requested_tools(chat)
+        names = " and ".join(tools)
+        fit = "tools fit" if len(tools) > 1 else "tool fits"
+        return (
+            f"{asked} Now I look at the available tools. The {names} {fit} the question. "
+            f"Therefore, I will call {names}."
+        )
+    return (
+        f"{asked} Now I think about the best reply. A direct reply fits best here. "
+        "Therefore, I will answer directly."
+    )
+
+
+def _snippet(text: str, limit: int = 60) -> str:
+    """The first sentence of `text`, on one line, without closing marks, cut at a word."""
+    sentence = _first_sentence(text).replace("<", "").replace(">", "")
+    if len(sentence) > limit:
+        sentence = sentence[:limit].rsplit(" ", 1)[0].rstrip(" -,;:")
+    return sentence or "nothing"
+
+
+def _first_sentence(text: str) -> str:
+    flat = " ".join(text.split())
+    return re.split(r"(?<=[.?!])\s+", flat)[0].rstrip(".?!")
+
+
+# --- the answer -----------------------------------------------------------------------------
+
+
+def answer_for(chat: Chat, body: dict[str, Any]) -> str:
+    """The answer to `chat` under the request's structured outputs (see the module doc)."""
+    outputs = body.get("structured_outputs") or {}
+    if outputs.get("json") is not None:
+        schema = outputs["json"]
+        return _json_answer(chat, json.loads(schema) if isinstance(schema, str) else schema)
+    if outputs.get("json_object"):
+        return _compact(_json_object(chat))
+    if outputs.get("choice"):
+        return str(_choose(list(outputs["choice"]), chat.question))
+    if chat.tools and chat.last.role == "user" and _wants_tools(chat):
+        return "\n".join(_hermes_call(chat, name) for name in _requested_tools(chat))
+    if chat.last.role == "tool":
+        return _tool_results(chat)
+    return plain_answer(chat)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _choose(options: list[Any], text: str) -> Any:
+    """The option `text` mentions, else the first."""
+    lowered = text.lower()
+    return next((o for o in options if str(o).lower() in lowered), options[0])
+
+
+def _json_answer(chat: Chat, schema: dict[str, Any]) -> str:
+    """A forced tool call as ``{"name", "arguments"}``, or an instance of `schema`."""
+    options = tool_call_options(schema)
+    if not options:
+        return _compact(Filler(schema, Hints.of(chat.question)).value(schema))
+    name, arguments = max(enumerate(options), key=lambda o: (_tool_score(chat, o[1][0]), -o[0]))[1]
+    filled = Filler(schema, _hints_for(chat, name)).value(arguments)
+    return _compact({"name": name, "arguments": filled})
+
+
+def tool_call_options(schema: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(name, arguments schema) of each tool a tool-call schema allows; [] if it is not one."""
+    top = _resolve(schema, schema)
+    branches = top.get("anyOf") or top.get("oneOf") if isinstance(top, dict) else None
+    if not branches:
+        return _tool_call_option(top, schema)
+    options = [_tool_call_option(b, schema) for b in branches]
+    return [o for found in options for o in found] if all(options) else []
+
+
+def _tool_call_option(schema: Any, root: dict[str, Any]) -> list[tuple[str, Any]]:
+    schema = _resolve(schema, root)
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict) or not {"name", "arguments"} <= set(properties):
+        return []
+    name = _resolve(properties["name"], root)
+    names = [name["const"]] if "const" in name else list(name.get("enum") or [])
+    return [(n, properties["arguments"]) for n in names if isinstance(n, str)]
+
+
+def _json_object(chat: Chat) -> dict[str, Any]:
+    """An object with the keys the question quotes (``'setup' and 'punchline'``)."""
+    hints = Hints.of(chat.question)
+    keys = [k for k in dict.fromkeys(hints.quoted) if k.isidentifier()]
+    if not keys:
+        return {"answer": plain_answer(chat)}
+    filler = Filler({}, hints)
+    return {key: filler.value({"type": "string"}, key) for key in keys}
+
+
+# --- tools ----------------------------------------------------------------------------------
+
+
+def _mentions(text: str, name: str) -> int:
+    """Where `text` names the tool (as is, or with spaces for underscores); -1 if not."""
+    for form in (name, name.replace("_", " ")):
+        found = re.search(rf"(?<!\w){re.escape(form)}(?!\w)", text, re.I)
+        if found:
+            return found.start()
+    return -1
+
+
+def _wants_tools(chat: Chat) -> bool:
+    """Whether the question calls for a tool."""
+    if len(chat.tools) == 1 or any(_mentions(chat.question, t["name"]) >= 0 for t in chat.tools):
+        return True
+    texts = [t.text for t in chat.turns if t.role == "system"] + [chat.question]
+    return any(_USE_TOOL.search(text) for text in texts)
+
+
+def _requested_tools(chat: Chat) -> list[str]:
+    """The tools the question names, in order of mention; else the best-matching one."""
+    named = [(_mentions(chat.question, t["name"]), t["name"]) for t in chat.tools]
+    mentioned = [name for at, name in sorted(named) if at >= 0]
+    if mentioned:
+        return mentioned
+    best = max(enumerate(chat.tools), key=lambda t: (_tool_score(chat, t[1]["name"]), -t[0]))
+    return [best[1]["name"]]
+
+
+def _tool_score(chat: Chat, name: str) -> int:
+    """How well tool `name` fits the question: named outright, else shared words."""
+    if _mentions(chat.question, name) >= 0:
+        return 1000
+    described = f"{name.replace('_', ' ')} {chat.tool(name).get('description') or ''}"
+    words = {w for w in re.findall(r"\w{4,}", chat.question.lower())}
+    return len(words & set(re.findall(r"\w{4,}", described.lower())))
+
+
+def _hints_for(chat: Chat, name: str) -> Hints:
+    """Hints from the part of the question about tool `name` (from its mention to the next)."""
+    question = chat.question
+    start = _mentions(question, name)
+    if start >= 0:
+        later = [_mentions(question[start + 1 :], t["name"]) for t in chat.tools]
+        ends = [start + 1 + at for at in later if at >= 0]
+        part = question[start : min(ends, default=len(question))]
+        hints = Hints.of(part, [t["name"] for t in chat.tools])
+        if hints.numbers or hints.names:
+            return hints
+    return Hints.of(question, [t["name"] for t in chat.tools])
+
+
+def _hermes_call(chat: Chat, name: str) -> str:
+    """A ``<tool_call>`` block calling `name` with arguments filled from the question."""
+    parameters = chat.tool(name).get("parameters") or {"type": "object", "properties": {}}
+    arguments = Filler(parameters, _hints_for(chat, name)).value(parameters)
+    call = {"name": name, "arguments": arguments if isinstance(arguments, dict) else {}}
+    return f"<tool_call>\n{to_json(call)}\n</tool_call>"
+
+
+def _tool_results(chat: Chat) -> str:
+    """One sentence for each response of the last turn, stating its result."""
+    calls = next((t.calls for t in reversed(chat.turns) if t.role == "assistant"), [])
+    names = [str(c.get("name")) for c in calls]
+    responses = chat.last.responses
+    names += ["The tool"] * (len(responses) - len(names))
+    return " ".join(_tool_result(r, n) for r, n in zip(responses, names, strict=False)) or "Done."
+
+
+def _tool_result(response: str, tool: str) -> str:
+    """A single value as "The result is 3.", else what `tool` returned or its error."""
+    text = response.strip()
+    value = _single_value(text)
+    if value is not None:
+        return f"The result is {value}."
+    closed = text if text.endswith((".", "!", "?")) else text + "."
+    if text.lower().startswith("error"):
+        return f"{tool} reported an error: " + re.sub(r"(?i)^error:?\s*", "", closed)
+    return f"{tool} returned: {closed}"
+
+
+def _single_value(text: str) -> Any:
+    """The value of a JSON scalar or one-key object, else None."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(data, dict) and len(data) == 1:
+        data = next(iter(data.values()))
+    if isinstance(data, bool):
+        return str(data).lower()
+    return data if isinstance(data, int | float | str) else None
+
+
+# --- plain answers --------------------------------------------------------------------------
+
+
+def plain_answer(chat: Chat) -> str:
+    """A remembered name, an arithmetic result, a greeting, or a restatement of the topic."""
+    question = chat.question
+    name = _remembered_name(chat)
+    if name and re.search(r"\bname\b|\bwho am i\b|\brepeat\b", question, re.I):
+        if _NAME_GIVEN.search(question) and "?" not in question:
+            return f"Nice to meet you, {name}! I will remember your name."
+        return f"Your name is {name}."
+    result = _arithmetic(question)
+    if result is not None:
+        return f"The answer is {result}."
+    key = " ".join(re.sub(r"[^\w\s]", " ", question.lower()).split())
+    if key in GREETINGS or not key:
+        return GREETING
+    if key.startswith("how are you"):
+        return "I'm doing well, thank you for asking! How can I help you today?"
+    about = _ABOUT.search(question)
+    if about:
+        return f"Here is a short answer about {about.group(1).strip()}. Ask me for more detail."
+    return f'Here is a short answer to "{_first_sentence(question)}". Ask me for more detail.'
+
+
+def _remembered_name(chat: Chat) -> str | None:
+    """The last name a user or system message gave ("my name is Bob", "call me Bob")."""
+    names = [
+        m.group(1)
+        for t in chat.turns
+        if t.role in ("user", "system")
+        for m in _NAME_GIVEN.finditer(t.text)
+    ]
+    return names[-1] if names else None
+
+
+def _arithmetic(question: str) -> str | None:
+    """The value of the first ``a op b`` in `question`, formatted, or None."""
+    found = _ARITHMETIC.search(question)
+    if not found:
+        return None
+    a, op, b = float(found.group(1)), found.group(2).lower(), float(found.group(3))
+    if op in ("+", "plus"):
+        value = a + b
+    elif op in ("-", "minus"):
+        value = a - b
+    elif op in ("*", "x", "×", "times", "multiplied by"):
+        value = a * b
+    elif b == 0:
+        return None
+    else:
+        value = a / b
+    return str(int(value)) if value.is_integer() else f"{value:.6g}"
+
+
+# --- filling schemas from the question ------------------------------------------------------
+
+
+@dataclass
+class Hints:
+    """Values found in a text, consumed in order as a schema is filled."""
+
+    text: str
+    numbers: list[int | float]
+    names: list[str]  # quoted phrases, then capitalised ones not starting a sentence
+    quoted: list[str]
+    declined: set[str]  # fields the text says to leave out ("no punchline")
+
+    @classmethod
+    def of(cls, text: str, tool_names: list[str] | None = None) -> Hints:
+        """The hints in `text`, ignoring tool names (their digits are not arguments)."""
+        for name in tool_names or []:
+            text = re.sub(rf"(?<!\w){re.escape(name)}(?!\w)", " ", text)
+        numbers: list[int | float] = [
+            int(n) if float(n).is_integer() and "." not in n else float(n)
+            for n in _NUMBER.findall(text)
+        ]
+        quoted = _QUOTED.findall(text)
+        unquoted = _QUOTED.sub(" ", text)
+        capitalised = [
+            m.group(0)
+            for m in _CAPITALISED.finditer(unquoted)
+            if m.group(0) != "I" and not re.search(r"(^|[.?!:])\s*$", unquoted[: m.start()])
+        ]
+        declined = {w.lower() for w in _DECLINED.findall(text)}
+        return cls(text, numbers, quoted + capitalised, list(quoted), declined)
+
+    @property
+    def subject(self) -> str:
+        """What the text is about: the phrase after "about", else its first sentence."""
+        about = _ABOUT.search(self.text)
+        return about.group(1).strip() if about else _first_sentence(self.text) or "the request"
+
+
+class Filler:
+    """Builds a JSON instance of a schema, taking values from the hints where they fit."""
+
+    def __init__(self, root: dict[str, Any], hints: Hints) -> None:
+        self.root = root  # where ``$ref``s resolve
+        self.hints = hints
+
+    def value(self, schema: Any, name: str = "") -> Any:
+        """An instance of `schema` for a field called `name`."""
+        schema = _resolve(schema, self.root)
+        if not isinstance(schema, dict):
+            return self._string({}, name)
+        if "const" in schema:
+            return schema["const"]
+        if "enum" in schema:
+            return _choose(list(schema["enum"]), self.hints.text)
+        if "allOf" in schema:
+            merged = {k: v for k, v in schema.items() if k != "allOf"}
+            for part in schema["allOf"]:
+                merged = {**_resolve(part, self.root), **merged}
+            return self.value(merged, name)
+        branches = schema.get("anyOf") or schema.get("oneOf")
+        if branches:
+            return self.value(self._branch(branches, name), name)
+        return self._typed(schema, _type_of(schema, name.lower() in self.hints.declined), name)
+
+    def _branch(self, branches: list[Any], name: str) -> Any:
+        """The first non-null branch, or the null one for a declined field."""
+        resolved = [_resolve(b, self.root) for b in branches]
+        nulls = [b for b in resolved if isinstance(b, dict) and b.get("type") == "null"]
+        if nulls and name.lower() in self.hints.declined:
+            return nulls[0]
+        return next((b for b in resolved if b not in nulls), resolved[0])
+
+    def _typed(self, schema: dict[str, Any], kind: str, name: str) -> Any:
+        if kind == "object":
+            return self._object(schema)
+        if kind == "array":
+            return self._array(schema, name)
+        if kind in ("integer", "number"):
+            return self._number(schema, kind == "integer")
+        if kind == "boolean":
+            return True
+        if kind == "null":
+            return None
+        return self._string(schema, name)
+
+    def _object(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """Every property (a declined optional one gets its default), then other required keys."""
+        required = list(schema.get("required") or [])
+        out: dict[str, Any] = {}
+        for key, sub in (schema.get("properties") or {}).items():
+            resolved = _resolve(sub, self.root)
+            declined = key.lower() in self.hints.declined and key not in required
+            if declined and isinstance(resolved, dict) and "default" in resolved:
+                out[key] = resolved["default"]
+            else:
+                out[key] = self.value(sub, key)
+        for key in required:
+            out.setdefault(key, self._string({}, key))
+        return out
+
+    def _array(self, schema: dict[str, Any], name: str) -> list[Any]:
+        """All remaining numbers for a numeric array, else one item (or ``minItems``)."""
+        items = _resolve(schema.get("items", {}), self.root)
+        low, high = schema.get("minItems", 0), schema.get("maxItems")
+        numeric = isinstance(items, dict) and items.get("type") in ("integer", "number")
+        count = max(low, len(self.hints.numbers) if numeric else 1)
+        count = min(count, high) if high is not None else count
+        return [self.value(items, name) for _ in range(count)]
+
+    def _number(self, schema: dict[str, Any], integer: bool) -> int | float:
+        """The next number of the hints within the bounds, else the default or a bounded 1."""
+        low, high = _bounds(schema, integer)
+        while self.hints.numbers:
+            number = self.hints.numbers.pop(0)
+            if (not integer or float(number).is_integer()) and low <= number <= high:
+                return int(number) if integer else number
+        default = schema.get("default")
+        if isinstance(default, int | float) and not isinstance(default, bool):
+            return default
+        fallback = min(max(1.0, low), high)
+        if integer:
+            return math.ceil(fallback) if math.ceil(fallback) <= high else math.floor(fallback)
+        return fallback
+
+    def _string(self, schema: dict[str, Any], name: str) -> str:
+        """A joke line, the subject for descriptive fields, else the next quoted or proper name."""
+        key = name.lower()
+        if schema.get("format") in _FORMATS:
+            text = _FORMATS[schema["format"]]
+        elif key in ("setup", "punchline"):
+            text = _joke(self.hints.subject)[key]
+        elif key in _DESCRIPTIVE or not self.hints.names:
+            text = self.hints.subject
+        else:
+            text = self.hints.names.pop(0)
+        text = text[: schema["maxLength"]] if "maxLength" in schema else text
+        return text.ljust(schema.get("minLength", 0), ".")
+
+
+def _resolve(schema: Any, root: dict[str, Any]) -> Any:
+    """`schema` with a local ``$ref`` (``#/$defs/X``, ``#/definitions/X``) followed."""
+    seen = 0
+    while isinstance(schema, dict) and "$ref" in schema and seen < 32:
+        target: Any = root
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            target = target.get(part, {}) if isinstance(target, dict) else {}
+        schema = {**{k: v for k, v in schema.items() if k != "$ref"}, **target}
+        seen += 1
+    return schema
+
+
+def _type_of(schema: dict[str, Any], declined: bool) -> str:
+    """The schema's type; of a list, the first non-null (null for a declined field)."""
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        if declined and "null" in kind:
+            return "null"
+        return next((k for k in kind if k != "null"), "null")
+    if isinstance(kind, str):
+        return kind
+    return "object" if "properties" in schema else "array" if "items" in schema else "string"
+
+
+def _bounds(schema: dict[str, Any], integer: bool) -> tuple[float, float]:
+    """The inclusive range a number may take (exclusive bounds moved in by 1 or 0.001)."""
+    step = 1 if integer else 0.001
+    low, high = float(schema.get("minimum", -math.inf)), float(schema.get("maximum", math.inf))
+    below, above = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    # draft 4 marks ``minimum`` exclusive with ``true``; later drafts give the bound itself
+    if below is True or (isinstance(below, int | float) and not isinstance(below, bool)):
+        low = max(low, (low if below is True else below) + step)
+    if above is True or (isinstance(above, int | float) and not isinstance(above, bool)):
+        high = min(high, (high if above is True else above) - step)
+    return low, high
+
+
+def _joke(subject: str) -> dict[str, str]:
+    """A short joke about `subject`."""
+    return {
+        "setup": f"Why did the {subject} sit on the computer?",
+        "punchline": f"To keep an eye on the mouse, as {subject} always do.",
+    }

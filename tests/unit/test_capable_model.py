@@ -1,0 +1,645 @@
+"""The capable fake model (tests/fakes/capable_model.py) and the Qwen3 rendering it reads,
+through the scripted server over HTTP: render, complete, parse the answer."""
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from relay_integrations.core import (
+    CueSet,
+    EndpointConfig,
+    RelayConfig,
+    RelaySwitcher,
+    SwitchPolicy,
+)
+from relay_integrations.core.tool_calls import parse_answer
+from tests.fakes.capable_model import capable
+from tests.fakes.scripted_vllm import ScriptedModel, ScriptedVLLM, render_chat, tokenize
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+MAGIC = {
+    "type": "function",
+    "function": {
+        "name": "magic_function",
+        "description": "Apply a magic function to an input.",
+        "parameters": {
+            "properties": {
+                "input": {"exclusiveMaximum": 1000, "exclusiveMinimum": -1000, "type": "integer"}
+            },
+            "required": ["input"],
+            "type": "object",
+        },
+    },
+}
+NO_ARGS = {
+    "type": "function",
+    "function": {
+        "name": "magic_function_no_args",
+        "description": "Calculate a magic function.",
+        "parameters": {"properties": {}, "type": "object"},
+    },
+}
+ADDER = {
+    "type": "function",
+    "function": {
+        "name": "my_adder_tool",
+        "description": "Tool that adds two integers.",
+        "parameters": {
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+            "type": "object",
+        },
+    },
+}
+CUSTOMER = {
+    "type": "function",
+    "function": {
+        "name": "unicode_customer",
+        "description": "Tool for creating a customer with Unicode name.",
+        "parameters": {
+            "properties": {"customer_name": {"type": "string"}, "description": {"type": "string"}},
+            "required": ["customer_name", "description"],
+            "type": "object",
+        },
+    },
+}
+JOKE = {
+    "properties": {
+        "setup": {"description": "question to set up a joke", "title": "Setup", "type": "string"},
+        "punchline": {
+            "anyOf": [{"type": "string"}, {"type": "null"}],
+            "default": None,
+            "description": "answer to resolve the joke",
+        },
+    },
+    "required": ["setup"],
+    "title": "Joke",
+    "type": "object",
+}
+ORDER = {  # what pydantic writes for nested models, enums, optional and constrained fields
+    "$defs": {
+        "Size": {"enum": ["small", "large"], "type": "string"},
+        "Item": {
+            "properties": {
+                "name": {"type": "string", "minLength": 2},
+                "size": {"$ref": "#/$defs/Size"},
+                "count": {"type": "integer", "minimum": 1, "maximum": 9},
+            },
+            "required": ["name", "size", "count"],
+            "type": "object",
+        },
+    },
+    "properties": {
+        "kind": {"const": "order"},
+        "items": {"items": {"$ref": "#/$defs/Item"}, "minItems": 1, "type": "array"},
+        "express": {"type": "boolean"},
+        "price": {"type": "number", "exclusiveMinimum": 0},
+        "note": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+        "coupon": {"anyOf": [{"$ref": "#/$defs/Item"}, {"type": "null"}], "default": None},
+    },
+    "required": ["kind", "items", "express", "price"],
+    "type": "object",
+}
+CUES = ["Therefore,", "Now"]
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def call(name: str, arguments: dict[str, Any], id_: str = "abc123") -> dict[str, Any]:
+    function = {"name": name, "arguments": json.dumps(arguments)}
+    return {"id": id_, "type": "function", "function": function}
+
+
+def forced(*tools: dict[str, Any]) -> dict[str, Any]:
+    """The request fields a client sends to force a call of one of `tools`."""
+    options = [
+        {
+            "type": "object",
+            "properties": {
+                "name": {"const": t["function"]["name"]},
+                "arguments": t["function"]["parameters"],
+            },
+            "required": ["name", "arguments"],
+        }
+        for t in tools
+    ]
+    schema = options[0] if len(options) == 1 else {"anyOf": options}
+    return {"structured_outputs": {"json": schema}}
+
+
+def conforms(value: Any, schema: Any, root: Any = None) -> bool:
+    """Whether `value` is an instance of JSON schema `schema` (the keywords the fake fills)."""
+    root = schema if root is None else root
+    while isinstance(schema, dict) and "$ref" in schema:
+        target = root
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            target = target[part]
+        schema = {**{k: v for k, v in schema.items() if k != "$ref"}, **target}
+    if not isinstance(schema, dict):
+        return schema is not False
+    checks = [
+        "const" not in schema or value == schema["const"],
+        "enum" not in schema or value in schema["enum"],
+        "anyOf" not in schema or any(conforms(value, s, root) for s in schema["anyOf"]),
+        "oneOf" not in schema or sum(conforms(value, s, root) for s in schema["oneOf"]) == 1,
+        all(conforms(value, s, root) for s in schema.get("allOf", [])),
+        "type" not in schema or _has_type(value, schema["type"]),
+    ]
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        checks += [key in value for key in schema.get("required", [])]
+        checks += [conforms(v, properties[k], root) for k, v in value.items() if k in properties]
+        if schema.get("additionalProperties") is False:
+            checks.append(set(value) <= set(properties))
+    if isinstance(value, list):
+        checks.append(len(value) >= schema.get("minItems", 0))
+        checks.append(len(value) <= schema.get("maxItems", len(value)))
+        checks += [conforms(item, schema.get("items", {}), root) for item in value]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        checks += [
+            value >= schema.get("minimum", value),
+            value <= schema.get("maximum", value),
+            value > schema.get("exclusiveMinimum", value - 1),
+            value < schema.get("exclusiveMaximum", value + 1),
+        ]
+    if isinstance(value, str):
+        checks.append(schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", 1e9))
+    return all(checks)
+
+
+def _has_type(value: Any, kind: str | list[str]) -> bool:
+    if isinstance(kind, list):
+        return any(_has_type(value, k) for k in kind)
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return {
+        "object": isinstance(value, dict),
+        "array": isinstance(value, list),
+        "string": isinstance(value, str),
+        "integer": number and float(value).is_integer(),
+        "number": number,
+        "boolean": isinstance(value, bool),
+        "null": value is None,
+    }[kind]
+
+
+class Client:
+    """A raw HTTP client of the scripted server, as the relay would use it."""
+
+    def __init__(self, server: ScriptedVLLM, http: httpx.AsyncClient) -> None:
+        self.root = server.base_url.removesuffix("/v1")
+        self.http = http
+
+    async def render(
+        self, messages: list[dict[str, Any]], tools: Any = None, thinking: bool = True
+    ) -> str:
+        """The prompt text: ``/tokenize`` the chat, ``/detokenize`` the ids."""
+        body: dict[str, Any] = {"model": "large", "messages": messages}
+        if tools:
+            body["tools"] = tools
+        if not thinking:
+            body["chat_template_kwargs"] = {"enable_thinking": False}
+        ids = (await self.http.post(f"{self.root}/tokenize", json=body)).json()["tokens"]
+        detokenized = await self.http.post(
+            f"{self.root}/detokenize", json={"model": "large", "tokens": ids}
+        )
+        return str(detokenized.json()["prompt"])
+
+    async def stream(self, prompt: str, model: str = "large", **fields: Any) -> dict[str, Any]:
+        """A streamed completion's text, finish reason, stop reason and usage."""
+        body = {"model": model, "prompt": prompt, "max_tokens": 2000, "stream": True, **fields}
+        out: dict[str, Any] = {"text": ""}
+        url = f"{self.root}/v1/completions"
+        async with self.http.stream("POST", url, json=body) as response:
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line.removeprefix("data: "))
+                for choice in chunk["choices"]:
+                    out["text"] += choice["text"]
+                    out["finish"] = choice["finish_reason"] or out.get("finish")
+                    out["stop_reason"] = choice["stop_reason"]
+                out["usage"] = chunk["usage"] or out.get("usage")
+        return out
+
+    async def ask(
+        self, messages: list[dict[str, Any]], tools: Any = None, **fields: Any
+    ) -> tuple[str, str]:
+        """The reasoning and the answer to a chat, checked to be well formed."""
+        text = (await self.stream(await self.render(messages, tools), **fields))["text"]
+        assert text.startswith("<think>\n")
+        reasoning, closed, answer = text.removeprefix("<think>\n").partition("\n</think>\n\n")
+        assert closed and answer
+        return reasoning, answer
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[Client]:
+    large = ScriptedModel("large", "", respond=capable)
+    small = ScriptedModel("small", "", respond=capable)
+    async with ScriptedVLLM(large, small) as server, httpx.AsyncClient() as http:
+        yield Client(server, http)
+
+
+def test_render_chat_matches_the_qwen3_template_with_tools() -> None:
+    messages = [
+        user("Weather in Paris?"),
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [call("get_weather", {"city": "Paris"})],
+        },
+        {"role": "tool", "tool_call_id": "abc123", "content": "sunny"},
+    ]
+    assert render_chat(messages, tools=[WEATHER]) == (
+        "<|im_start|>system\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+        '{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", '
+        '"parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}\n'
+        "</tools>\n\nFor each function call, return a json object with function name and arguments within "
+        "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+        '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
+        "<|im_start|>user\nWeather in Paris?<|im_end|>\n"
+        '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+        "</tool_call><|im_end|>\n"
+        "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_render_chat_system_text_parts_reasoning_and_grouped_tool_responses() -> None:
+    """Expected texts from vLLM 0.32's message handling and the real Qwen3 template."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Weather in"},
+                {"type": "text", "text": "Paris and Rome?"},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": "Let me look.",
+            "reasoning": "Two cities.",  # kept: after the last user query
+            "tool_calls": [
+                call("get_weather", {"city": "Paris"}, "a"),
+                call("get_weather", {"city": "Rome"}, "b"),
+            ],
+        },
+        {"role": "tool", "tool_call_id": "a", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "b", "content": [{"type": "text", "text": "rainy"}]},
+    ]
+    rendered = render_chat(messages, tools=[WEATHER])
+    assert rendered.startswith("<|im_start|>system\nBe brief.\n\n# Tools\n\nYou may call")
+    assert rendered.endswith(
+        "<|im_start|>user\nWeather in\nParis and Rome?<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\nTwo cities.\n</think>\n\nLet me look.\n"
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call><|im_end|>\n'
+        "<|im_start|>user\n<tool_response>\nsunny\n</tool_response>\n"
+        "<tool_response>\nrainy\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
+    earlier = [
+        user("q1"),
+        {"role": "assistant", "content": "<think>\nold\n</think>\n\na1"},
+        user("q2"),
+    ]
+    assert render_chat(earlier) == (  # reasoning of an earlier turn is dropped
+        "<|im_start|>user\nq1<|im_end|>\n<|im_start|>assistant\na1<|im_end|>\n"
+        "<|im_start|>user\nq2<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+def test_the_schema_checker_rejects_what_does_not_conform() -> None:
+    good = {
+        "kind": "order",
+        "items": [{"name": "ab", "size": "small", "count": 1}],
+        "express": True,
+        "price": 1,
+    }
+    assert conforms(good, ORDER)
+    assert not conforms({**good, "kind": "other"}, ORDER)
+    assert not conforms({**good, "items": []}, ORDER)
+    assert not conforms({**good, "items": [{"name": "ab", "size": "huge", "count": 1}]}, ORDER)
+    assert not conforms({**good, "price": 0}, ORDER)
+    assert not conforms({k: v for k, v in good.items() if k != "express"}, ORDER)
+
+
+async def test_a_tool_call_answer_after_reasoning_with_the_cue_words(client: Client) -> None:
+    question = user("What is the value of magic_function(3)? Use the tool.")
+    reasoning, answer = await client.ask([question], [MAGIC])
+    sentences = reasoning.split(". ")
+    assert 2 <= len(sentences) <= 4
+    assert any(s.startswith("Now ") for s in sentences)
+    assert any(s.startswith("Therefore, ") for s in sentences)
+    parsed = parse_answer(answer)
+    assert [(c.name, c.arguments) for c in parsed.tool_calls] == [("magic_function", {"input": 3})]
+    assert parsed.content == "" and not parsed.invalid_tool_calls
+
+
+@pytest.mark.parametrize(
+    ("question", "tools", "calls"),
+    [
+        (
+            "What is the value of magic_function_no_args()? Use the tool.",
+            [NO_ARGS],
+            [("magic_function_no_args", {})],
+        ),
+        (
+            "What is the weather in San Francisco, CA?",
+            [WEATHER],
+            [("get_weather", {"city": "San Francisco, CA"})],
+        ),
+        (
+            "Use magic_function on 5 and get_weather for 'Paris'.",
+            [MAGIC, WEATHER],
+            [("magic_function", {"input": 5}), ("get_weather", {"city": "Paris"})],
+        ),
+        (
+            "Create a customer named '你好啊集团' (Hello Group) - a Chinese technology company",
+            [CUSTOMER],
+            [
+                (
+                    "unicode_customer",
+                    {
+                        "customer_name": "你好啊集团",
+                        "description": "Create a customer named '你好啊集团' (Hello Group) - a Chinese technology company",
+                    },
+                )
+            ],
+        ),
+    ],
+)
+async def test_tool_calls_fill_arguments_from_the_question(
+    client: Client,
+    question: str,
+    tools: list[dict[str, Any]],
+    calls: list[tuple[str, dict[str, Any]]],
+) -> None:
+    _, answer = await client.ask([user(question)], tools)
+    assert [(c.name, c.arguments) for c in parse_answer(answer).tool_calls] == calls
+
+
+async def test_no_tool_call_when_the_question_does_not_call_for_one(client: Client) -> None:
+    _, answer = await client.ask([user("Hello!")], [MAGIC, WEATHER])
+    assert answer == "Hello! How can I help you today?"
+
+
+@pytest.mark.parametrize(
+    ("messages", "tools", "expected"),
+    [
+        (
+            [user("What is the value of magic_function(3)?")],
+            [MAGIC],
+            {"name": "magic_function", "arguments": {"input": 3}},
+        ),
+        ([user("Hello!")], [MAGIC, WEATHER], {"name": "magic_function", "arguments": {"input": 1}}),
+        (
+            [user("What's the weather in Paris?")],
+            [MAGIC, WEATHER],
+            {"name": "get_weather", "arguments": {"city": "Paris"}},
+        ),
+        (
+            [  # few-shot history, then the real question
+                user("What is 1 + 2"),
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [call("my_adder_tool", {"a": 1, "b": 2})],
+                },
+                {"role": "tool", "tool_call_id": "abc123", "content": '{"result": 3}'},
+                {"role": "assistant", "content": '{"result": 3}'},
+                user("What is 3 + 4"),
+            ],
+            [ADDER],
+            {"name": "my_adder_tool", "arguments": {"a": 3, "b": 4}},
+        ),
+    ],
+)
+async def test_forced_tool_choice_gives_the_matching_call_as_json(
+    client: Client,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    expected: dict[str, Any],
+) -> None:
+    fields = forced(*tools)
+    _, answer = await client.ask(messages, tools, **fields)
+    assert json.loads(answer) == expected
+    assert conforms(json.loads(answer), fields["structured_outputs"]["json"])
+
+
+@pytest.mark.parametrize(
+    ("question", "schema", "check"),
+    [
+        (
+            "Tell me a joke about cats.",
+            JOKE,
+            lambda v: set(v) == {"setup", "punchline"} and "cats" in v["setup"],
+        ),
+        (
+            "Give me the setup to a joke about cats, no punchline.",
+            JOKE,
+            lambda v: v["punchline"] is None,
+        ),
+        (
+            "Order 2 large boxes, express.",
+            ORDER,
+            lambda v: v["items"][0]["count"] == 2 and v["items"][0]["size"] == "large",
+        ),
+        (
+            "Tell me a joke about cats.",
+            forced({"function": {"name": "Joke", "parameters": JOKE}})["structured_outputs"][
+                "json"
+            ],
+            lambda v: v["name"] == "Joke" and set(v["arguments"]) == {"setup", "punchline"},
+        ),
+    ],
+)
+async def test_structured_output_is_an_instance_of_the_schema(
+    client: Client, question: str, schema: dict[str, Any], check: Any
+) -> None:
+    _, answer = await client.ask([user(question)], structured_outputs={"json": schema})
+    value = json.loads(answer)
+    assert conforms(value, schema), value
+    assert check(value), value
+
+
+async def test_json_mode_answers_with_the_keys_the_question_quotes(client: Client) -> None:
+    question = (
+        "Tell me a joke about cats. Return the result as a JSON with 'setup' and "
+        "'punchline' keys. Return nothing other than JSON."
+    )
+    _, answer = await client.ask([user(question)], structured_outputs={"json_object": True})
+    value = json.loads(answer)
+    assert set(value) == {"setup", "punchline"} and all(
+        isinstance(v, str) and v for v in value.values()
+    )
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        ('{"result": 3}', "The result is 3."),
+        ("22", "The result is 22."),
+        ("It's sunny.", "my_adder_tool returned: It's sunny."),
+        (
+            "Error: Missing required argument 'b'.",
+            "my_adder_tool reported an error: Missing required argument 'b'.",
+        ),
+    ],
+)
+async def test_after_tool_responses_the_answer_states_the_results(
+    client: Client, response: str, expected: str
+) -> None:
+    messages = [
+        user("What is 1 + 2"),
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [call("my_adder_tool", {"a": 1, "b": 2})],
+        },
+        {"role": "tool", "tool_call_id": "abc123", "content": response},
+    ]
+    reasoning, answer = await client.ask(messages, [ADDER])
+    assert answer == expected
+    assert "Now " in reasoning and "Therefore, " in reasoning
+
+
+@pytest.mark.parametrize(
+    ("messages", "expected"),
+    [
+        ([user("What is 2 + 2?")], "The answer is 4."),
+        ([user("what's 1 + 1")], "The answer is 2."),
+        ([user("Hello")], "Hello! How can I help you today?"),
+        (
+            [user("hello"), {"role": "assistant", "content": "hello"}, user("how are you")],
+            "I'm doing well",
+        ),
+        (
+            [
+                user("My name is Bob."),
+                {"role": "assistant", "content": "Hi Bob!"},
+                user("What is my name?"),
+            ],
+            "Your name is Bob.",
+        ),
+        (
+            [user("Write me 2 haikus. Only include the haikus.")],
+            'Here is a short answer to "Write me 2 haikus"',
+        ),
+        ([user("Tell me about the Moon.")], "Here is a short answer about the Moon."),
+    ],
+)
+async def test_plain_answers(client: Client, messages: list[dict[str, Any]], expected: str) -> None:
+    _, answer = await client.ask(messages)
+    assert answer.startswith(expected)
+
+
+async def test_every_continuation_gives_exactly_the_rest(client: Client) -> None:
+    prompt = await client.render(
+        [user("What is the value of magic_function(3)? Use the tool.")], [MAGIC]
+    )
+    full = (await client.stream(prompt))["text"]
+    for cut in range(0, len(full), 5):
+        model = "small" if cut % 2 else "large"
+        assert (await client.stream(prompt + full[:cut], model))["text"] == full[cut:]
+
+
+async def test_a_reasoning_closed_early_is_followed_by_the_answer(client: Client) -> None:
+    prompt = await client.render([user("What is 2 + 2?")])
+    rest = await client.stream(prompt + "<think>\nThe user writes\n</think>")
+    assert rest["text"] == "\n\nThe answer is 4."
+
+
+async def test_thinking_disabled_gives_the_answer_alone(client: Client) -> None:
+    prompt = await client.render([user("What is 2 + 2?")], thinking=False)
+    assert (await client.stream(prompt))["text"] == "The answer is 4."
+
+
+async def test_answer_requests_honour_stop_strings(client: Client) -> None:
+    prompt = await client.render([user("hi")])
+    full = (await client.stream(prompt))["text"]
+    reasoning = full[: full.index("</think>\n\n") + len("</think>\n\n")]
+    out = await client.stream(prompt + reasoning, "small", stop=["you"])
+    assert (out["text"], out["finish"], out["stop_reason"]) == (
+        "Hello! How can I help ",
+        "stop",
+        "you",
+    )
+
+
+async def test_a_non_streamed_completion_has_the_same_text_and_usage(client: Client) -> None:
+    prompt = await client.render([user("What is 2 + 2?")])
+    streamed = await client.stream(prompt)
+    body = {"model": "large", "prompt": prompt, "max_tokens": 2000}
+    data = (await client.http.post(f"{client.root}/v1/completions", json=body)).json()
+    assert data["object"] == "text_completion" and data["model"] == "large"
+    assert data["choices"][0]["text"] == streamed["text"]
+    assert data["choices"][0]["finish_reason"] == "stop"
+    assert data["usage"]["completion_tokens"] == len(tokenize(streamed["text"]))
+    assert data["usage"]["prompt_tokens"] == len(tokenize(prompt))
+    body = {"model": "large", "prompt": prompt, "max_tokens": 3, "stream": False}
+    short = (await client.http.post(f"{client.root}/v1/completions", json=body)).json()
+    assert short["choices"][0]["text"] == "".join(tokenize(streamed["text"])[:3])
+    assert short["choices"][0]["finish_reason"] == "length"
+
+
+async def relay_generate(messages: list[dict[str, Any]], tools: Any, **policy: Any) -> Any:
+    """A relay generation over the capable model, with the cues of its reasoning."""
+    large = ScriptedModel("large", "", respond=capable)
+    small = ScriptedModel("small", "", respond=capable)
+    async with ScriptedVLLM(large, small) as server:
+        config = RelayConfig(
+            large=EndpointConfig(base_url=server.base_url, model="large"),
+            small=EndpointConfig(base_url=server.base_url, model="small"),
+            cues=list(CueSet.from_list(CUES).cues),
+            policy=SwitchPolicy.model_validate(policy),
+        )
+        async with RelaySwitcher(config) as relay:
+            return await relay.generate(messages, tools=tools)
+
+
+async def test_the_relay_switches_models_on_both_reasoning_cues() -> None:
+    messages = [user("What is the weather in San Francisco, CA?")]
+    result = await relay_generate(messages, [WEATHER], cooldown_tokens=0)
+    assert result.text == capable(render_chat(messages, tools=[WEATHER]), {})
+    assert [(s.model, s.ended_by, s.cue) for s in result.segments] == [
+        ("large", "cue", "Now"),
+        ("small", "sentence_end", None),
+        ("large", "cue", "Therefore,"),
+        ("small", "sentence_end", None),
+        ("large", "end_of_reasoning", None),
+        ("small", "stop", None),
+    ]
+    calls = parse_answer(result.answer).tool_calls
+    assert [(c.name, c.arguments) for c in calls] == [
+        ("get_weather", {"city": "San Francisco, CA"})
+    ]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="relay bug: the cool-down is sent as vLLM min_tokens, which also suppresses the "
+    "</think> stop string, so a reasoning that ends within 5 tokens of the large model taking "
+    "control back is missed and the answer is written twice",
+)
+async def test_the_relay_sees_the_reasoning_end_right_after_a_small_segment() -> None:
+    messages = [user("What is the weather in San Francisco, CA?")]
+    result = await relay_generate(messages, [WEATHER])  # the default cool-down, 5 tokens
+    assert result.text == capable(render_chat(messages, tools=[WEATHER]), {})
