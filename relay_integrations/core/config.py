@@ -79,7 +79,7 @@ class SwitchPolicy(_Frozen):
         default=5,
         ge=0,
         description="Tokens the large model writes after taking control before a cue may fire "
-        "(the authors' code uses min_tokens=5 to stop 'So'-loops)",
+        "(stops 'So'-loops; the end of reasoning is never held back)",
     )
     max_small_tokens: int = Field(
         default=128, ge=1, description="Most tokens one small segment may write"

@@ -40,7 +40,6 @@ class CompletionRequest:
     prompt: str
     max_tokens: int
     stop: tuple[str, ...] = ()
-    min_tokens: int = 0
     temperature: float = 0.6
     top_p: float = 1.0
     top_k: int | None = None
@@ -180,8 +179,6 @@ class Endpoint:
         }
         if request.top_k is not None:
             extra_body["top_k"] = request.top_k
-        if request.min_tokens:
-            extra_body["min_tokens"] = request.min_tokens
         try:
             stream = await self._client.completions.create(
                 model=self.config.model,

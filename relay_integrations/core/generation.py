@@ -120,7 +120,6 @@ class Generation:
         decide: Decide,
         stops: Callable[[], Sequence[str]],
         cap: int | None = None,
-        min_tokens: int = 0,
         extra_body: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[TextDelta]:
         """Let `role` write until `decide` ends the turn; yields visible text as it arrives.
@@ -141,9 +140,7 @@ class Generation:
                     capped = cap is not None and usage.completion_tokens >= cap
                     ended = "segment_cap" if capped else self._length()
                     break
-                request = self._request(
-                    role, allowance, stops(), min_tokens - usage.completion_tokens, extra_body
-                )
+                request = self._request(role, allowance, stops(), extra_body)
                 finish: tuple[str | None, str | int | None] = (None, None)
                 pieces = 0
                 try:
@@ -241,7 +238,6 @@ class Generation:
         role: ModelRole,
         max_tokens: int,
         stops: Sequence[str],
-        min_tokens: int,
         extra_body: Mapping[str, Any] | None,
     ) -> CompletionRequest:
         body = dict(extra_body or {})
@@ -251,7 +247,6 @@ class Generation:
             prompt=self.prompts[role].text + self.transcript,
             max_tokens=max_tokens,
             stop=tuple(stops),
-            min_tokens=max(min(min_tokens, max_tokens), 0),
             temperature=self.sampling.temperature,
             top_p=self.sampling.top_p,
             top_k=self.sampling.top_k,

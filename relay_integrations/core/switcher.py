@@ -151,7 +151,6 @@ class RelaySwitcher:
                     "large",
                     decide=self._large_turn_ends(run),
                     stops=lambda: self._large_stops(run),
-                    min_tokens=policy.cooldown_tokens,
                 ):
                     yield delta
                 ended = run.segments[-1].ended_by
@@ -216,6 +215,8 @@ class RelaySwitcher:
                 return "end_of_reasoning"
             if isinstance(end.stop_reason, str) and run.phase == "reasoning":
                 match = self.cues.match_stop(run.transcript, end.stop_reason)
+                if match is not None and end.turn_tokens <= self.config.policy.cooldown_tokens:
+                    return None  # a cue right after taking control: the large model writes on
                 if match is not None:
                     run.truncate(match.handoff)
                     run.cue = match.cue

@@ -633,12 +633,6 @@ async def test_the_relay_switches_models_on_both_reasoning_cues() -> None:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="relay bug: the cool-down is sent as vLLM min_tokens, which also suppresses the "
-    "</think> stop string, so a reasoning that ends within 5 tokens of the large model taking "
-    "control back is missed and the answer is written twice",
-)
 async def test_the_relay_sees_the_reasoning_end_right_after_a_small_segment() -> None:
     messages = [user("What is the weather in San Francisco, CA?")]
     result = await relay_generate(messages, [WEATHER])  # the default cool-down, 5 tokens

@@ -343,3 +343,26 @@ async def test_small_endpoint_down_from_the_start(policy: str) -> None:
         ("large", "end_of_reasoning"),
         ("large", "stop"),
     ]
+
+
+async def test_the_cooldown_holds_back_cues_but_never_the_end_of_reasoning() -> None:
+    # After the first hand-back, " So" (a cue) comes at once: written on, no switch. After the
+    # second, the reasoning ends at once: the end is seen (vLLM min_tokens would have hidden
+    # it, and the large model would have answered inside the reasoning).
+    trace = "<think>\nWe add. Therefore, it is 3. So we stop. Now it is 3.\n</think>\n\nIt is 3."
+    cues = CueSet.from_list(["Therefore,", "So ", "Now"])
+    large, small = ScriptedModel("large", trace), ScriptedModel("small", trace)
+    async with ScriptedVLLM(large, small) as server:
+        config = make_config(server, cooldown_tokens=5).model_copy(update={"cues": list(cues.cues)})
+        async with RelaySwitcher(config, cues=cues) as relay:
+            _, result = await collect(relay)
+    assert result.text == trace
+    assert [(s.model, s.ended_by, s.cue) for s in result.segments] == [
+        ("large", "cue", "Therefore,"),
+        ("small", "sentence_end", None),  # " it is 3."
+        ("large", "cue", "Now"),  # " So" was within the cooldown: written on
+        ("small", "sentence_end", None),  # " it is 3."
+        ("large", "end_of_reasoning", None),  # "\n</think>" at once, inside the cooldown
+        ("small", "stop", None),
+    ]
+    assert all("min_tokens" not in r for r in large.requests)
