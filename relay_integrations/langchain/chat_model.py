@@ -24,6 +24,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import BaseModel, PrivateAttr, model_validator
+from pydantic.v1 import BaseModel as BaseModelV1
 
 from ..core.chat import (
     ChatRequest,
@@ -289,11 +290,17 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         if method != "json_mode" and schema is None:
             raise ValueError(f"method {method!r} needs a schema")
         output_parser: Runnable[Any, Any]
+        traced = {"kwargs": {"method": method}, "schema": schema}
         if method == "function_calling":
             assert schema is not None
             tool = convert_to_openai_tool(schema)
             name = tool["function"]["name"]
-            llm = self.bind_tools([schema], tool_choice=name, parallel_tool_calls=False)
+            llm = self.bind_tools(
+                [schema],
+                tool_choice=name,
+                parallel_tool_calls=False,
+                ls_structured_output_format={**traced, "schema": tool},
+            )
             output_parser = (
                 PydanticToolsParser(tools=[schema], first_tool_only=True)
                 if pydantic_schema
@@ -303,13 +310,11 @@ class RelayChatModel(RelaySettings, BaseChatModel):
             response_format: dict[str, Any] = {"type": "json_object"}
             if method == "json_schema":
                 assert schema is not None
-                json_schema = (
-                    schema.model_json_schema()  # type: ignore[union-attr]
-                    if pydantic_schema
-                    else convert_to_json_schema(schema)
-                )
-                response_format = {"type": "json_schema", "json_schema": {"schema": json_schema}}
-            llm = self.bind(response_format=response_format)
+                response_format = {
+                    "type": "json_schema",
+                    "json_schema": {"schema": _json_schema(schema)},
+                }
+            llm = self.bind(response_format=response_format, ls_structured_output_format=traced)
             output_parser = (
                 PydanticOutputParser(pydantic_object=schema)
                 if pydantic_schema
@@ -391,6 +396,16 @@ class RelayChatModel(RelaySettings, BaseChatModel):
             },
             request_hook=self.request_hook,
         )
+
+
+def _json_schema(schema: dict[str, Any] | type) -> dict[str, Any]:
+    """The full JSON schema (with ``$defs``) of a pydantic model (v2 or v1), a TypedDict or a
+    JSON schema, as the answer's structured-outputs constraint."""
+    if isinstance(schema, type) and issubclass(schema, BaseModelV1):
+        return dict(schema.schema())
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        return dict(schema.model_json_schema())
+    return dict(convert_to_json_schema(schema))
 
 
 def _tool_choice(choice: dict[str, Any] | str | bool) -> str:

@@ -42,11 +42,11 @@ def delta_chunk(event: ReasoningDelta | ContentDelta | ToolCallDelta) -> AIMessa
     arguments = (
         json.dumps(call.arguments, ensure_ascii=False) if isinstance(call, ToolCall) else call.text
     )
+    # Each call arrives whole, so it needs no merge index; an index would also be taken as
+    # the content-block index by output_version="v1" and merge the call into the reasoning.
     return AIMessageChunk(
         content="",
-        tool_call_chunks=[
-            tool_call_chunk(name=call.name, args=arguments, id=call.id, index=event.index)
-        ],
+        tool_call_chunks=[tool_call_chunk(name=call.name, args=arguments, id=call.id, index=None)],
     )
 
 

@@ -1,0 +1,90 @@
+"""LangChain's standard integration tests for chat models, on RelayChatModel over a scripted
+vLLM server whose two models answer like a capable reasoning model (tests/fakes/capable_model):
+a tiny random model cannot decide to call the right tool. The same adapter is proven against
+real vLLM in tests/integration/test_langchain_real_vllm.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage
+from langchain_tests.integration_tests import ChatModelIntegrationTests
+
+from relay_integrations.core import SwitchPolicy
+from relay_integrations.langchain import RelayChatModel
+from tests.fakes.capable_model import capable
+from tests.fakes.scripted_vllm import ScriptedModel, ScriptedVLLM
+from tests.fakes.threaded import serving
+
+_SERVER: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def capable_server() -> Iterator[None]:
+    large = ScriptedModel("large", "", respond=capable)
+    small = ScriptedModel("small", "", respond=capable)
+    with serving(ScriptedVLLM(large, small)) as server:
+        _SERVER["url"] = server.base_url
+        yield
+    _SERVER.clear()
+
+
+class TestRelayChatModelStandard(ChatModelIntegrationTests):
+    @property
+    def chat_model_class(self) -> type[RelayChatModel]:
+        return RelayChatModel
+
+    @property
+    def chat_model_params(self) -> dict[str, Any]:
+        return {
+            "large_url": _SERVER["url"],
+            "large_model": "large",
+            "small_url": _SERVER["url"],
+            "small_model": "small",
+            "cues": ["Therefore,", "Now"],
+            "policy": SwitchPolicy(cooldown_tokens=0),
+        }
+
+    @property
+    def has_tool_choice(self) -> bool:
+        return True
+
+    @property
+    def supports_json_mode(self) -> bool:
+        return True
+
+    @property
+    def supports_anthropic_inputs(self) -> bool:
+        return True  # convert_to_openai_messages reads Anthropic-style blocks
+
+    @property
+    def supports_model_override(self) -> bool:
+        return False  # a relay is a fixed pair of models
+
+    @property
+    def supported_usage_metadata_details(self) -> dict[str, list[Any]]:
+        details = ["cache_read_input", "reasoning_output"]
+        return {"invoke": details, "stream": details}
+
+    def invoke_with_reasoning_output(self, *, stream: bool = False) -> AIMessage:
+        return self._invoke("What is 2 + 2?", stream)
+
+    def invoke_with_cache_read_input(self, *, stream: bool = False) -> AIMessage:
+        # a question over several cache blocks, asked twice: the second is served from cache
+        question = "Summarise the following notes. " + "The relay hands over at cues. " * 40
+        self._invoke(question, stream)
+        message = self._invoke(question, stream)
+        assert message.usage_metadata is not None
+        assert message.usage_metadata["input_token_details"].get("cache_read", 0) > 0
+        return message
+
+    def _invoke(self, question: str, stream: bool) -> AIMessage:
+        model = self.chat_model_class(**self.chat_model_params)
+        if not stream:
+            return model.invoke(question)
+        whole: Any = None
+        for chunk in model.stream(question):
+            whole = chunk if whole is None else whole + chunk
+        return AIMessage(**whole.model_dump(exclude={"type", "tool_call_chunks", "chunk_position"}))
