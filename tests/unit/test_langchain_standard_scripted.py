@@ -64,7 +64,7 @@ class TestRelayChatModelStandard(ChatModelIntegrationTests):
         return False  # a relay is a fixed pair of models
 
     @property
-    def supported_usage_metadata_details(self) -> dict[str, list[Any]]:
+    def supported_usage_metadata_details(self) -> dict[Any, list[Any]]:
         details = ["cache_read_input", "reasoning_output"]
         return {"invoke": details, "stream": details}
 
