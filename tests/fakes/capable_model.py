@@ -19,7 +19,9 @@ The answer, first rule that applies:
 - ``structured_outputs.json_object``: an object with the keys the question quotes.
 - tools, the user's turn, and the question calls for a tool (names one, there is only one, or
   the text says to use a tool): ``<tool_call>`` blocks, arguments filled from the question.
-- the last turn holds tool responses: a sentence stating the results.
+  A question that names its tools in sequence ("use a, then b") gets one call per turn.
+- the last turn holds tool responses: the next tool of such a sequence, its numbers taken from
+  the results first; else a sentence stating the results.
 - otherwise a plain answer: a remembered name, arithmetic, a greeting, or a restatement.
 
 Values come from the question: numbers in order for numeric parameters, quoted then
@@ -226,10 +228,31 @@ def answer_for(chat: Chat, body: dict[str, Any]) -> str:
     if outputs.get("choice"):
         return str(_choose(list(outputs["choice"]), chat.question))
     if chat.tools and chat.last.role == "user" and _wants_tools(chat):
-        return "\n".join(_hermes_call(chat, name) for name in _requested_tools(chat))
+        names = _requested_tools(chat)
+        if _step_by_step(chat):
+            names = names[:1]
+        return "\n".join(_hermes_call(chat, name) for name in names)
     if chat.last.role == "tool":
+        pending = _pending_tools(chat)
+        if pending:  # "use a, then b": b's turn, with a's results among its arguments
+            return _hermes_call(chat, pending[0], before=" ".join(chat.last.responses))
         return _tool_results(chat)
     return plain_answer(chat)
+
+
+def _step_by_step(chat: Chat) -> bool:
+    """The question names its tools in sequence ("use a, then b"): one call per turn."""
+    return bool(re.search(r"\bthen\b", chat.question, re.I))
+
+
+def _pending_tools(chat: Chat) -> list[str]:
+    """In a step-by-step question, the named tools not yet called since it was asked."""
+    if not chat.tools or not _step_by_step(chat):
+        return []
+    asked = max(i for i, t in enumerate(chat.turns) if t.role == "user")
+    called = {str(c.get("name")) for t in chat.turns[asked:] for c in t.calls}
+    named = [(_mentions(chat.question, t["name"]), t["name"]) for t in chat.tools]
+    return [name for at, name in sorted(named) if at >= 0 and name not in called]
 
 
 def _compact(value: Any) -> str:
@@ -321,24 +344,26 @@ def _tool_score(chat: Chat, name: str) -> int:
     return len(words & set(re.findall(r"\w{4,}", described.lower())))
 
 
-def _hints_for(chat: Chat, name: str) -> Hints:
-    """Hints from the part of the question about tool `name` (from its mention to the next)."""
+def _hints_for(chat: Chat, name: str, before: str = "") -> Hints:
+    """Hints from the part of the question about tool `name` (from its mention to the next),
+    after those in `before` (earlier tool results)."""
     question = chat.question
     start = _mentions(question, name)
     if start >= 0:
         later = [_mentions(question[start + 1 :], t["name"]) for t in chat.tools]
         ends = [start + 1 + at for at in later if at >= 0]
         part = question[start : min(ends, default=len(question))]
-        hints = Hints.of(part, [t["name"] for t in chat.tools])
+        hints = Hints.of(f"{before} {part}", [t["name"] for t in chat.tools])
         if hints.numbers or hints.names:
             return hints
     return Hints.of(question, [t["name"] for t in chat.tools])
 
 
-def _hermes_call(chat: Chat, name: str) -> str:
-    """A ``<tool_call>`` block calling `name` with arguments filled from the question."""
+def _hermes_call(chat: Chat, name: str, before: str = "") -> str:
+    """A ``<tool_call>`` block calling `name` with arguments filled from the question (and
+    from `before`, earlier tool results, first)."""
     parameters = chat.tool(name).get("parameters") or {"type": "object", "properties": {}}
-    arguments = Filler(parameters, _hints_for(chat, name)).value(parameters)
+    arguments = Filler(parameters, _hints_for(chat, name, before)).value(parameters)
     call = {"name": name, "arguments": arguments if isinstance(arguments, dict) else {}}
     return f"<tool_call>\n{to_json(call)}\n</tool_call>"
 
