@@ -190,6 +190,7 @@ class ScriptedModel:
     headers: list[dict[str, str]] = field(default_factory=list)
     renders: int = 0
     active: int = 0
+    peak_active: int = 0
     _seen_prompts: list[list[str]] = field(default_factory=list)
 
     def continuation(self, prompt: str, body: dict[str, Any]) -> str:
@@ -359,6 +360,7 @@ class ScriptedVLLM:
     ) -> AsyncIterator[str]:
         """A streamed completion: a chunk a token, the finish, usage, ``[DONE]``."""
         model.active += 1
+        model.peak_active = max(model.peak_active, model.active)
         try:
             outcome = _Outcome()
             async for piece in self._generate(model, body, fault, outcome):
