@@ -91,3 +91,52 @@ async def test_unknown_call_arguments_are_refused_with_the_accepted_ones(
 ) -> None:
     with pytest.raises(TypeError, match=r"unsupported arguments \['temprature'\]"):
         await model(server).ainvoke("Hi", temprature=0)
+
+
+def get_weather(city: str) -> str:
+    """Weather in a city."""
+    return "sunny"
+
+
+def get_time(zone: str) -> str:
+    """The time in a time zone."""
+    return "noon"
+
+
+async def test_tool_choice_none_shows_the_model_no_tools(server: ScriptedVLLM) -> None:
+    llm = model(server).bind_tools([get_weather], tool_choice="none")
+    message = await llm.ainvoke("What is the weather in Paris?")
+    assert message.tool_calls == [] and message.text
+    rendered = [r["prompt"] for r in server.models["large"].requests]
+    assert all("<tools>" not in prompt for prompt in rendered)
+
+
+async def test_parallel_calls_can_be_limited_to_one(server: ScriptedVLLM) -> None:
+    question = "Use get_weather for Paris and get_time for CET."
+    both = await model(server).bind_tools([get_weather, get_time]).ainvoke(question)
+    assert [c["name"] for c in both.tool_calls] == ["get_weather", "get_time"]
+    one = await (
+        model(server)
+        .bind_tools([get_weather, get_time], parallel_tool_calls=False)
+        .ainvoke(question)
+    )
+    assert [c["name"] for c in one.tool_calls] == ["get_weather"]
+
+
+async def test_structured_output_by_function_calling_is_a_forced_call(server: ScriptedVLLM) -> None:
+    from pydantic import BaseModel
+
+    class Weather(BaseModel):
+        """A weather report."""
+
+        city: str
+        degrees: int
+
+    llm = model(server).with_structured_output(Weather, method="function_calling", include_raw=True)
+    out = await llm.ainvoke("Report the weather in Paris: 21 degrees.")
+    assert isinstance(out, dict)
+    assert out["parsed"] == Weather(city="Paris", degrees=21)
+    answer_request = server.models["small"].requests[-1]
+    schema = answer_request["structured_outputs"]["json"]
+    assert schema["properties"]["name"] == {"const": "Weather"}
+    assert out["raw"].response_metadata["finish_reason"] == "tool_calls"
