@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, Literal, Self
@@ -32,12 +30,9 @@ from ..core.chat import (
     JsonObjectFormat,
     JsonSchemaFormat,
     ResponseFormat,
-    stream_chat,
 )
-from ..core.cues import CueSet
+from ..core.client import RelayClient
 from ..core.settings import RelaySettings
-from ..core.switcher import RelaySwitcher
-from ..core.sync import BackgroundLoop
 from . import messages as convert
 
 _SAMPLING_KWARGS = ("temperature", "top_p", "top_k", "seed", "max_tokens")
@@ -129,15 +124,12 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         large-model share of written tokens, switches, time, usage per model).
     """
 
-    _cue_set: CueSet = PrivateAttr()
-    _switchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RelaySwitcher] = PrivateAttr(
-        default_factory=weakref.WeakKeyDictionary
-    )
-    _background: BackgroundLoop = PrivateAttr(default_factory=BackgroundLoop)
+    _client: RelayClient = PrivateAttr()
 
     @model_validator(mode="after")
-    def _check_cues(self) -> Self:
-        self._cue_set = self.load_cues()  # a bad artifact fails here, with its reason
+    def _connect(self) -> Self:
+        # loads the cue artifact: a bad one fails here, with its reason
+        self._client = RelayClient(self.relay_config(), self.load_cues())
         return self
 
     @property
@@ -196,7 +188,7 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
         request = self._request(messages, stop, kwargs)
-        async for event in stream_chat(self._switcher(), request):
+        async for event in self._client.stream(request):
             if isinstance(event, ChatResponse):
                 chunk = convert.final_chunk(event, self.model_name)
             else:
@@ -213,15 +205,10 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        request = self._request(messages, stop, kwargs)
-        async for event in stream_chat(self._switcher(), request):
-            if isinstance(event, ChatResponse):
-                message = convert.message(event, self.model_name)
-                info = {"finish_reason": event.finish_reason}
-                return ChatResult(
-                    generations=[ChatGeneration(message=message, generation_info=info)]
-                )
-        raise AssertionError("a chat stream always ends with its response")
+        response = await self._client.respond(self._request(messages, stop, kwargs))
+        message = convert.message(response, self.model_name)
+        info = {"finish_reason": response.finish_reason}
+        return ChatResult(generations=[ChatGeneration(message=message, generation_info=info)])
 
     def _generate(
         self,
@@ -230,7 +217,7 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        return self._background.run(self._agenerate(messages, stop, None, **kwargs))
+        return self._client.run(self._agenerate(messages, stop, None, **kwargs))
 
     def _stream(
         self,
@@ -239,7 +226,7 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        for generation in self._background.iterate(self._astream(messages, stop, None, **kwargs)):
+        for generation in self._client.iterate(self._astream(messages, stop, None, **kwargs)):
             if run_manager is not None:
                 run_manager.on_llm_new_token(generation.text, chunk=generation)
             yield generation
@@ -338,8 +325,8 @@ class RelayChatModel(RelaySettings, BaseChatModel):
 
     def get_num_tokens(self, text: str) -> int:
         """Tokens of `text` by the large model's server tokenizer (``POST /tokenize``)."""
-        body = {"model": self.large_model, "prompt": text, "add_special_tokens": False}
-        return self._background.run(self._count(body))
+        body = {"prompt": text, "add_special_tokens": False}
+        return self._client.run(self._client.count_tokens(body))
 
     def get_num_tokens_from_messages(
         self,
@@ -348,28 +335,14 @@ class RelayChatModel(RelaySettings, BaseChatModel):
     ) -> int:
         """Tokens of the chat as the large model's chat template renders it."""
         body: dict[str, Any] = {
-            "model": self.large_model,
             "messages": convert.to_openai(messages),
             "add_generation_prompt": True,
         }
         if tools:
             body["tools"] = [convert_to_openai_tool(tool) for tool in tools]
-        return self._background.run(self._count(body))
-
-    async def _count(self, body: dict[str, Any]) -> int:
-        response = await self._switcher().endpoints["large"].post_json("/tokenize", body)
-        return int(response["count"])
+        return self._client.run(self._client.count_tokens(body))
 
     # -- plumbing -------------------------------------------------------------------------
-
-    def _switcher(self) -> RelaySwitcher:
-        """The switcher of the running event loop (HTTP clients belong to one loop)."""
-        loop = asyncio.get_running_loop()
-        switcher = self._switchers.get(loop)
-        if switcher is None:
-            switcher = RelaySwitcher(self.relay_config(), cues=self._cue_set)
-            self._switchers[loop] = switcher
-        return switcher
 
     def _request(
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
