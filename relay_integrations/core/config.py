@@ -103,6 +103,12 @@ class SwitchPolicy(_Frozen):
         description="Close the reasoning after this many tokens and let the answer model "
         "answer with what is left of the budget (None: the reasoning may use all of it)",
     )
+    answer_reserve_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="Budget kept for the answer: the reasoning is closed when only this many "
+        "tokens (at most a quarter of max_tokens) remain, so it cannot leave the answer empty",
+    )
     on_small_failure: Literal["use_large", "raise"] = Field(
         default="use_large",
         description="When the small endpoint fails: the large model writes the rest, or raise",

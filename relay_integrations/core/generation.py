@@ -95,10 +95,15 @@ class Generation:
         return min(room, self._reasoning_room())
 
     def _reasoning_room(self) -> int:
-        limit = self.config.policy.max_reasoning_tokens
-        if limit is None or self.phase != "reasoning":
+        """Tokens the reasoning may still take: its limit, and the answer's reserve."""
+        if self.phase != "reasoning":
             return self.sampling.max_tokens
-        return limit - self.reasoning_tokens
+        policy, budget = self.config.policy, self.sampling.max_tokens
+        reserve = min(policy.answer_reserve_tokens, budget // 4)
+        room = budget - reserve - self.generated_tokens
+        if policy.max_reasoning_tokens is not None:
+            room = min(room, policy.max_reasoning_tokens - self.reasoning_tokens)
+        return room
 
     def close_reasoning(self) -> None:
         """End the reasoning on the model's behalf (reasoning limit, or it stopped unclosed)."""

@@ -366,3 +366,21 @@ async def test_the_cooldown_holds_back_cues_but_never_the_end_of_reasoning() -> 
         ("small", "stop", None),
     ]
     assert all("min_tokens" not in r for r in large.requests)
+
+
+async def test_the_answer_reserve_closes_a_long_reasoning_and_leaves_room_to_answer() -> None:
+    reasoning = " ".join(["We keep thinking about it."] * 30)
+    trace = f"<think>\n{reasoning}\n</think>\n\nThe answer is 4."
+    large, small = (
+        ScriptedModel("large", trace),
+        ScriptedModel("small", trace, respond=lambda p, b: "The answer is 4."),
+    )
+    async with ScriptedVLLM(large, small) as server:
+        config = make_config(server, answer_reserve_tokens=12)
+        config = config.model_copy(update={"sampling": SamplingConfig(max_tokens=60)})
+        async with RelaySwitcher(config) as relay:
+            _, result = await collect(relay)
+    assert result.segments[0].ended_by == "reasoning_budget"
+    assert result.reasoning_tokens == 60 - 12  # min(12, 60 // 4) kept for the answer
+    assert result.answer == "The answer is 4."
+    assert result.finish_reason == "stop"
