@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Generator
 from typing import Any, TypeVar
 
 from .chat import ChatEvent, ChatRequest, ChatResponse, stream_chat
@@ -68,6 +68,6 @@ class RelayClient:
         """Run a coroutine from sync code, even inside a running event loop."""
         return self._background.run(coroutine)
 
-    def iterate(self, stream: AsyncIterator[T]) -> Iterator[T]:
+    def iterate(self, stream: AsyncIterator[T]) -> Generator[T, None, None]:
         """Iterate an async stream from sync code; leaving early closes it."""
         return self._background.iterate(stream)

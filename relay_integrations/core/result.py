@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -78,6 +78,27 @@ class RelayResult(BaseModel):
     @property
     def completion_tokens(self) -> int:
         return sum(u.completion_tokens for u in self.usage.values())
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens over both models and all requests (a prefix counts once a request)."""
+        return sum(u.prompt_tokens for u in self.usage.values())
+
+    @property
+    def cached_tokens(self) -> int:
+        """Of those, the ones the servers' prefix caches served."""
+        return sum(u.cached_tokens for u in self.usage.values())
+
+    def summary(self) -> dict[str, Any]:
+        """What adapters put beside a response: id, large-model share, switches, time, usage."""
+        return {
+            "generation_id": self.generation_id,
+            "large_share": self.stats.large_share,
+            "switches": self.stats.switches,
+            "seconds": self.stats.total_seconds,
+            "time_to_first_token": self.stats.time_to_first_token,
+            "usage": {role: usage.model_dump() for role, usage in self.usage.items()},
+        }
 
     @property
     def reasoning_tokens(self) -> int:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Generator
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -48,7 +48,7 @@ class BackgroundLoop:
         future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
         return _wait(future)
 
-    def iterate(self, stream: AsyncIterator[T]) -> Iterator[T]:
+    def iterate(self, stream: AsyncIterator[T]) -> Generator[T, None, None]:
         """Iterate an async iterator from sync code, one item at a time."""
         try:
             while True:

@@ -80,30 +80,20 @@ def usage_metadata(result: RelayResult) -> UsageMetadata:
     Every segment re-sends the text so far, so ``input_tokens`` counts a prefix once per
     request; ``input_token_details.cache_read`` shows how much of it the prefix cache served.
     """
-    prompt = sum(u.prompt_tokens for u in result.usage.values())
-    output = result.completion_tokens
     return UsageMetadata(
-        input_tokens=prompt,
-        output_tokens=output,
-        total_tokens=prompt + output,
-        input_token_details={"cache_read": sum(u.cached_tokens for u in result.usage.values())},
+        input_tokens=result.prompt_tokens,
+        output_tokens=result.completion_tokens,
+        total_tokens=result.prompt_tokens + result.completion_tokens,
+        input_token_details={"cache_read": result.cached_tokens},
         output_token_details={"reasoning": result.reasoning_tokens},
     )
 
 
 def response_metadata(response: ChatResponse, model_name: str) -> dict[str, Any]:
-    result = response.result
     return {
         "model_name": model_name,
         "finish_reason": response.finish_reason,
-        "relay": {
-            "generation_id": result.generation_id,
-            "large_share": result.stats.large_share,
-            "switches": result.stats.switches,
-            "seconds": result.stats.total_seconds,
-            "time_to_first_token": result.stats.time_to_first_token,
-            "usage": {role: usage.model_dump() for role, usage in result.usage.items()},
-        },
+        "relay": response.result.summary(),
     }
 
 

@@ -1,0 +1,5 @@
+"""LlamaIndex: :class:`RelayLLM`, a ``FunctionCallingLLM`` over the relay core."""
+
+from .llm import RelayLLM
+
+__all__ = ["RelayLLM"]

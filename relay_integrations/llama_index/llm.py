@@ -1,0 +1,262 @@
+"""``RelayLLM``: RelayGen as a LlamaIndex function-calling LLM."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from llama_index.core.base.llms.generic_utils import (
+    achat_to_completion_decorator,
+    astream_chat_to_completion_decorator,
+    chat_to_completion_decorator,
+    stream_chat_to_completion_decorator,
+)
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    ChatResponseAsyncGen,
+    ChatResponseGen,
+    CompletionResponse,
+    CompletionResponseAsyncGen,
+    CompletionResponseGen,
+    LLMMetadata,
+    MessageRole,
+    ToolCallBlock,
+)
+from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW as DEFAULT_WINDOW
+from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from llama_index.core.llms.function_calling import FunctionCallingLLM
+from llama_index.core.llms.llm import ToolSelection
+from pydantic import Field, PrivateAttr, model_validator
+
+from ..core.chat import ChatRequest, ContentDelta, ReasoningDelta, ToolCallDelta
+from ..core.chat import ChatResponse as RelayResponse
+from ..core.client import RelayClient
+from ..core.errors import RelayError
+from ..core.settings import RelaySettings
+from ..core.tool_calls import ToolCall
+from . import messages as convert
+
+if TYPE_CHECKING:
+    from llama_index.core.tools.types import BaseTool
+
+logger = logging.getLogger(__name__)
+_SAMPLING_KWARGS = ("temperature", "top_p", "top_k", "seed", "max_tokens")
+_REQUEST_KWARGS = ("tools", "tool_choice", "parallel_tool_calls", "stop", "chat_template_kwargs")
+
+
+class RelayLLM(RelaySettings, FunctionCallingLLM):
+    """A large reasoning model and a small one, switching inside each generation (RelayGen).
+
+    Setup: serve both models with vLLM (``VLLM_MAX_STOP_STRINGS=1024 vllm serve ...``).
+    Unset fields come from ``RELAY_LARGE__BASE_URL``, ``RELAY_LARGE__MODEL``,
+    ``RELAY_SMALL__BASE_URL``, ``RELAY_SMALL__MODEL``, ``RELAY_CUES`` and ``RELAY_API_KEY``::
+
+        from llama_index.core import Settings
+        from relay_integrations.llama_index import RelayLLM
+
+        Settings.llm = RelayLLM(
+            large_url="http://gpu-a:8000/v1", large_model="Qwen/Qwen3-32B",
+            small_url="http://gpu-b:8001/v1", small_model="Qwen/Qwen3-1.7B",
+            cues="builtin:qwen3-32b--qwen3-1.7b", max_tokens=8192,
+        )
+
+        response = Settings.llm.chat([ChatMessage(role="user", content="17 * 23?")])
+        response.message.content                 # the answer only
+        response.message.blocks[0]               # ThinkingBlock: the reasoning
+        response.additional_kwargs["relay"]      # large-model share, switches, usage per model
+
+        for delta in Settings.llm.stream_chat(messages):
+            print(delta.additional_kwargs.get("thinking_delta", ""), delta.delta, end="")
+
+    Tools: ``chat_with_tools`` / ``FunctionAgent`` render tools through the model's own chat
+    template; ``tool_required=True`` constrains the answer to a call with vLLM structured
+    outputs, which is also how ``structured_predict`` and ``as_structured_llm`` get valid
+    objects. By default 1024 tokens (at most a quarter of ``max_tokens``) are kept for the
+    answer, so a long reasoning never hands an agent an empty reply.
+    """
+
+    context_window: int | None = Field(
+        default=None, description="Context window; None asks the large model's server"
+    )
+    _client: RelayClient = PrivateAttr()
+    _served_window: int | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _connect(self) -> RelayLLM:
+        # loads the cue artifact: a bad one fails here, with its reason
+        self._client = RelayClient(self.relay_config(), self.load_cues())
+        return self
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "RelayLLM"
+
+    @property
+    def model_name(self) -> str:
+        return f"{self.large_model}+{self.small_model}"
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(
+            context_window=self._window(),
+            num_output=self.max_tokens,
+            is_chat_model=True,
+            is_function_calling_model=True,
+            model_name=self.model_name,
+        )
+
+    def _window(self) -> int:
+        """The configured window, else the large model's ``max_model_len`` (asked once)."""
+        if self.context_window is not None:
+            return self.context_window
+        if self._served_window is None:
+            try:
+                self._served_window = self._client.run(self._client.context_window())
+            except RelayError as exc:
+                logger.warning("context window unknown (%s); assuming %d", exc, DEFAULT_WINDOW)
+                return DEFAULT_WINDOW
+        return self._served_window or DEFAULT_WINDOW
+
+    # -- chat -----------------------------------------------------------------------------
+
+    @llm_chat_callback()
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        response = await self._client.respond(self._request(messages, kwargs))
+        return convert.chat_response(response, self.model_name)
+
+    @llm_chat_callback()
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        response = self._client.run(self._client.respond(self._request(messages, kwargs)))
+        return convert.chat_response(response, self.model_name)
+
+    @llm_chat_callback()
+    async def astream_chat(
+        self, messages: Sequence[ChatMessage], **kwargs: Any
+    ) -> ChatResponseAsyncGen:
+        return self._stream(self._request(messages, kwargs))
+
+    @llm_chat_callback()
+    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        return self._client.iterate(self._stream(self._request(messages, kwargs)))
+
+    async def _stream(self, request: ChatRequest) -> AsyncGenerator[ChatResponse, None]:
+        """Deltas as LlamaIndex streams them: ``delta`` is answer text, thinking goes in
+        ``additional_kwargs["thinking_delta"]``, ``message`` holds everything so far; the
+        last response carries usage and relay stats."""
+        reasoning, content, calls = "", "", list[ToolCall]()
+        async for event in self._client.stream(request):
+            if isinstance(event, RelayResponse):
+                yield convert.chat_response(event, self.model_name, delta="")
+                return
+            extra: dict[str, Any] = {}
+            delta = ""
+            if isinstance(event, ReasoningDelta):
+                reasoning += event.text
+                extra["thinking_delta"] = event.text
+            elif isinstance(event, ContentDelta):
+                content += event.text
+                delta = event.text
+            elif isinstance(event, ToolCallDelta) and isinstance(event.call, ToolCall):
+                calls.append(event.call)
+            message = convert.assistant_message(reasoning, content, calls)
+            yield ChatResponse(message=message, delta=delta, additional_kwargs=extra)
+
+    # -- completion -----------------------------------------------------------------------
+
+    @llm_completion_callback()
+    async def acomplete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> CompletionResponse:
+        return await achat_to_completion_decorator(self.achat)(prompt, **kwargs)
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        return chat_to_completion_decorator(self.chat)(prompt, **kwargs)
+
+    @llm_completion_callback()
+    async def astream_complete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> CompletionResponseAsyncGen:
+        return await astream_chat_to_completion_decorator(self.astream_chat)(prompt, **kwargs)
+
+    @llm_completion_callback()
+    def stream_complete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> CompletionResponseGen:
+        return stream_chat_to_completion_decorator(self.stream_chat)(prompt, **kwargs)
+
+    # -- tools ----------------------------------------------------------------------------
+
+    def _prepare_chat_with_tools(
+        self,
+        tools: Sequence[BaseTool],
+        user_msg: str | ChatMessage | None = None,
+        chat_history: list[ChatMessage] | None = None,
+        verbose: bool = False,
+        allow_parallel_tool_calls: bool = False,
+        tool_required: bool = False,
+        tool_choice: str | dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """Tools for the chat template; ``tool_required`` (or a tool's name as
+        ``tool_choice``) constrains the answer to a call."""
+        messages = list(chat_history or [])
+        if isinstance(user_msg, str):
+            user_msg = ChatMessage(role=MessageRole.USER, content=user_msg)
+        if user_msg is not None:
+            messages.append(user_msg)
+        choice: str = "required" if tool_required else "auto"
+        if isinstance(tool_choice, dict):
+            choice = str(tool_choice.get("function", tool_choice)["name"])
+        elif tool_choice is not None:
+            choice = "required" if tool_choice in ("any", "required") else tool_choice
+        return {
+            "messages": messages,
+            "tools": [t.metadata.to_openai_tool(skip_length_check=True) for t in tools] or None,
+            "tool_choice": choice,
+            "parallel_tool_calls": allow_parallel_tool_calls,
+            **kwargs,
+        }
+
+    def get_tool_calls_from_response(
+        self, response: ChatResponse, error_on_no_tool_call: bool = True, **kwargs: Any
+    ) -> list[ToolSelection]:
+        calls = [b for b in response.message.blocks if isinstance(b, ToolCallBlock)]
+        if not calls and error_on_no_tool_call:
+            raise ValueError(
+                "expected a tool call, got none; the answer was: "
+                f"{(response.message.content or '')[:200]!r}"
+            )
+        return [
+            ToolSelection(
+                tool_id=call.tool_call_id or call.tool_name,
+                tool_name=call.tool_name,
+                tool_kwargs=call.tool_kwargs if isinstance(call.tool_kwargs, dict) else {},
+            )
+            for call in calls
+        ]
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _request(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> ChatRequest:
+        unknown = set(kwargs) - set(_SAMPLING_KWARGS) - set(_REQUEST_KWARGS)
+        if unknown:
+            raise TypeError(
+                f"RelayLLM got unsupported arguments {sorted(unknown)}; it takes "
+                f"{sorted((*_SAMPLING_KWARGS, *_REQUEST_KWARGS))}"
+            )
+        return ChatRequest(
+            messages=convert.to_openai(messages),
+            tools=kwargs.get("tools") or (),
+            tool_choice=kwargs.get("tool_choice") if kwargs.get("tools") else None,
+            parallel_tool_calls=kwargs.get("parallel_tool_calls", True),
+            stop=kwargs.get("stop") or self.stop or (),
+            sampling=self.sampling(**{k: kwargs.get(k) for k in _SAMPLING_KWARGS}),
+            chat_template_kwargs={
+                **self.chat_template_kwargs,
+                **(kwargs.get("chat_template_kwargs") or {}),
+            },
+            request_hook=self.request_hook,
+        )
