@@ -119,10 +119,17 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
                 return DEFAULT_WINDOW
         return self._served_window or DEFAULT_WINDOW
 
+    async def _learn_window(self) -> None:
+        """Ask the server for its window on the async path, so that ``metadata`` read later
+        from inside an event loop does not have to block it."""
+        if self.context_window is None and self._served_window is None:
+            self._served_window = await self._client.context_window()
+
     # -- chat -----------------------------------------------------------------------------
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        await self._learn_window()
         response = await self._client.respond(self._request(messages, kwargs))
         return convert.chat_response(response, self.model_name)
 
@@ -135,6 +142,7 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
     async def astream_chat(
         self, messages: Sequence[ChatMessage], **kwargs: Any
     ) -> ChatResponseAsyncGen:
+        await self._learn_window()
         return self._stream(self._request(messages, kwargs))
 
     @llm_chat_callback()

@@ -1,0 +1,72 @@
+"""RelayLLM with LlamaIndex agents and pipelines, on the scripted server whose models answer
+like a capable reasoning model (a random tiny model cannot pick tools)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from llama_index.core.agent.workflow import AgentStream, FunctionAgent, ToolCallResult
+from llama_index.core.tools import FunctionTool
+
+from relay_integrations.core import SwitchPolicy
+from relay_integrations.llama_index import RelayLLM
+from tests.fakes.capable_model import capable
+from tests.fakes.scripted_vllm import ScriptedModel, ScriptedVLLM
+from tests.fakes.threaded import serving
+
+POPULATIONS = {"paris": 2_102_650}
+
+
+def get_population(city: str) -> int:
+    """The population of a city."""
+    return POPULATIONS[city.strip().lower()]
+
+
+def multiply(a: float, b: float) -> float:
+    """Multiply two numbers."""
+    return a * b
+
+
+TOOLS = [FunctionTool.from_defaults(get_population), FunctionTool.from_defaults(multiply)]
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedVLLM]:
+    # On its own loop, in a thread, like a real server: LlamaIndex reads the sync `metadata`
+    # property (the context window, asked of the server once) from inside its event loop.
+    large = ScriptedModel("large", "", respond=capable)
+    small = ScriptedModel("small", "", respond=capable)
+    with serving(ScriptedVLLM(large, small)) as running:
+        yield running
+
+
+def relay_llm(server: ScriptedVLLM, **fields: object) -> RelayLLM:
+    return RelayLLM(
+        large_url=server.base_url,
+        large_model="large",
+        small_url=server.base_url,
+        small_model="small",
+        cues=["Therefore,", "Now"],
+        policy=SwitchPolicy(cooldown_tokens=0),
+        **fields,
+    )
+
+
+async def test_a_function_agent_streams_through_a_two_step_tool_task(server: ScriptedVLLM) -> None:
+    agent = FunctionAgent(tools=TOOLS, llm=relay_llm(server))
+    handler = agent.run("Use get_population for Paris, then multiply it by 3.")
+    calls, streamed = [], []
+    async for event in handler.stream_events():
+        if isinstance(event, ToolCallResult):
+            calls.append((event.tool_name, event.tool_kwargs, event.tool_output.raw_output))
+        elif isinstance(event, AgentStream):
+            streamed.append(event)
+    result = await handler
+    assert calls == [
+        ("get_population", {"city": "Paris"}, POPULATIONS["paris"]),
+        ("multiply", {"a": POPULATIONS["paris"], "b": 3}, POPULATIONS["paris"] * 3),
+    ]
+    assert str(POPULATIONS["paris"] * 3) in str(result)
+    assert any(e.thinking_delta for e in streamed)  # the reasoning streamed as thinking
+    assert all(e.delta is not None for e in streamed)
