@@ -24,6 +24,17 @@ The answer, first rule that applies:
   the results first; else a sentence stating the results.
 - otherwise a plain answer: a remembered name, arithmetic, a greeting, or a restatement.
 
+A ReAct chat (LlamaIndex's ``ReActAgent``: its system prompt, or first user turn, holds the
+ReAct header with "## Output Format" and the "Thought:", "Action:", "Action Input:",
+"Observation:" and "Answer:" lines) is read with the tools listed in that header (``> Tool
+Name:``, ``Tool Description:``, ``Tool Args:``), its "Observation: ..." turns (user turns, or
+tool responses) as tool turns and the "Action:" lines of assistant turns as calls. Unless
+structured outputs apply, its answer is in the ReAct format: ``Thought: ...`` + ``Action:
+<tool>`` + ``Action Input: {json}`` for the next tool the question names that has not been
+observed since it was asked (one per turn, numbers taken from the last observation first), or,
+when none is left (or none was called for), ``Thought: I can answer without using any more
+tools. ...`` + ``Answer:`` and a sentence stating the observed results (or the plain answer).
+
 Values come from the question: numbers in order for numeric parameters, quoted then
 capitalised phrases for strings (descriptive fields get the question's subject), ``true`` for
 booleans, a short joke for ``setup``/``punchline``.
@@ -31,6 +42,7 @@ booleans, a short joke for ``setup``/``punchline``.
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
@@ -91,6 +103,7 @@ class Chat:
     turns: list[Turn]
     tools: list[dict[str, Any]]
     thinking: bool = True
+    react: bool = False  # the chat holds a ReAct prompt (see the module doc)
 
     @property
     def last(self) -> Turn:
@@ -152,7 +165,7 @@ def parse_prompt(prompt: str) -> tuple[Chat, str]:
             if not content:
                 continue
         turns.append(_turn(role, content))
-    return Chat(turns, tools, thinking), generated
+    return _read_react(Chat(turns, tools, thinking)), generated
 
 
 def _turn(role: str, content: str) -> Turn:
@@ -227,6 +240,8 @@ def answer_for(chat: Chat, body: dict[str, Any]) -> str:
         return _compact(_json_object(chat))
     if outputs.get("choice"):
         return str(_choose(list(outputs["choice"]), chat.question))
+    if chat.react:
+        return react_answer(chat)
     if chat.tools and chat.last.role == "user" and _wants_tools(chat):
         names = _requested_tools(chat)
         if _step_by_step(chat):
@@ -246,13 +261,19 @@ def _step_by_step(chat: Chat) -> bool:
 
 
 def _pending_tools(chat: Chat) -> list[str]:
-    """In a step-by-step question, the named tools not yet called since it was asked."""
-    if not chat.tools or not _step_by_step(chat):
+    """In a step-by-step question (any question of a ReAct chat: one action per turn), the
+    named tools not yet called since it was asked."""
+    if not chat.tools or not (chat.react or _step_by_step(chat)):
         return []
-    asked = max(i for i, t in enumerate(chat.turns) if t.role == "user")
+    asked = _asked(chat)
     called = {str(c.get("name")) for t in chat.turns[asked:] for c in t.calls}
     named = [(_mentions(chat.question, t["name"]), t["name"]) for t in chat.tools]
     return [name for at, name in sorted(named) if at >= 0 and name not in called]
+
+
+def _asked(chat: Chat) -> int:
+    """The index of the last user turn (the question), 0 if there is none."""
+    return max((i for i, t in enumerate(chat.turns) if t.role == "user"), default=0)
 
 
 def _compact(value: Any) -> str:
@@ -359,12 +380,18 @@ def _hints_for(chat: Chat, name: str, before: str = "") -> Hints:
     return Hints.of(question, [t["name"] for t in chat.tools])
 
 
+def _arguments(chat: Chat, name: str, before: str = "") -> dict[str, Any]:
+    """Arguments for tool `name` filled from the question (and from `before`, earlier tool
+    results, first)."""
+    parameters = chat.tool(name).get("parameters") or {"type": "object", "properties": {}}
+    arguments = Filler(parameters, _hints_for(chat, name, before)).value(parameters)
+    return arguments if isinstance(arguments, dict) else {}
+
+
 def _hermes_call(chat: Chat, name: str, before: str = "") -> str:
     """A ``<tool_call>`` block calling `name` with arguments filled from the question (and
     from `before`, earlier tool results, first)."""
-    parameters = chat.tool(name).get("parameters") or {"type": "object", "properties": {}}
-    arguments = Filler(parameters, _hints_for(chat, name, before)).value(parameters)
-    call = {"name": name, "arguments": arguments if isinstance(arguments, dict) else {}}
+    call = {"name": name, "arguments": _arguments(chat, name, before)}
     return f"<tool_call>\n{to_json(call)}\n</tool_call>"
 
 
@@ -400,6 +427,149 @@ def _single_value(text: str) -> Any:
     if isinstance(data, bool):
         return str(data).lower()
     return data if isinstance(data, int | float | str) else None
+
+
+# --- ReAct chats (LlamaIndex's ReActAgent) -------------------------------------------------
+
+_REACT_LINES = ("Thought", "Action", "Action Input", "Observation", "Answer")
+_REACT_TOOL = re.compile(
+    r"^> Tool Name: ([^\n]+)\nTool Description: (.*?)\nTool Args: ", re.M | re.S
+)
+_REACT_CONTEXT = "Here is some context to help you answer the question and plan:\n"
+_REACT_CONVERSATION = re.compile(
+    r"^## Current Conversation\n+(?:Below is the current conversation[^\n]*\n?)?", re.M
+)
+_REACT_ACTION = re.compile(r"^Action:[ \t]*([^\n() \t]+)[^\n]*\n+Action Input:[ \t]*(.*)$", re.M)
+_OBSERVATION = re.compile(r"^\s*Observation:[ \t]*")
+REACT_ACTION_THOUGHT = (
+    "The current language of the user is: English. "
+    "I need to use a tool to help me answer the question."
+)
+REACT_ANSWER_THOUGHT = (
+    "I can answer without using any more tools. I'll use the user's language to answer"
+)
+
+
+def is_react_header(text: str) -> bool:
+    """Whether `text` holds the ReAct prompt: the "## Output Format" section and each of the
+    format's lines (Thought, Action, Action Input, Observation, Answer) at a line start."""
+    return "## Output Format" in text and all(
+        re.search(rf"^{word}:", text, re.M) for word in _REACT_LINES
+    )
+
+
+def _read_react(chat: Chat) -> Chat:
+    """`chat` read as a ReAct chat if its system turn or first user turn holds the ReAct
+    header: the header's tools added, the header replaced by its context (the agent's system
+    prompt) and whatever follows it, observations as tool turns, actions as calls."""
+    first_user = next((i for i, t in enumerate(chat.turns) if t.role == "user"), len(chat.turns))
+    at = next(
+        (
+            i
+            for i, t in enumerate(chat.turns[: first_user + 1])
+            if t.role in ("system", "user") and is_react_header(t.text)
+        ),
+        None,
+    )
+    if at is None:
+        return chat
+    header = chat.turns[at]
+    known = {t.get("name") for t in chat.tools}
+    tools = chat.tools + [t for t in react_tools(header.text) if t["name"] not in known]
+    turns = chat.turns[:at]
+    rest = _react_rest(header.text)
+    if rest:
+        turns.append(Turn(header.role, rest))
+    turns += [_react_turn(t) for t in chat.turns[at + 1 :]]
+    return Chat(turns, tools, chat.thinking, react=True)
+
+
+def react_tools(header: str) -> list[dict[str, Any]]:
+    """The tools a ReAct header lists, as ``{"name", "description", "parameters"}``."""
+    tools: list[dict[str, Any]] = []
+    decoder = json.JSONDecoder()
+    for found in _REACT_TOOL.finditer(header):
+        try:
+            parameters, _ = decoder.raw_decode(header, found.end())
+        except json.JSONDecodeError:
+            parameters = None
+        if not isinstance(parameters, dict):
+            parameters = {"type": "object", "properties": {}}
+        name, description = found.group(1).strip(), found.group(2).strip()
+        tools.append({"name": name, "description": description, "parameters": parameters})
+    return tools
+
+
+def _react_rest(header: str) -> str:
+    """What a ReAct header turn says besides the header: its context, then any text after
+    the "## Current Conversation" section's line (a question merged into the turn)."""
+    context = ""
+    if _REACT_CONTEXT in header:
+        context = header.partition(_REACT_CONTEXT)[2].partition("## Output Format")[0].strip()
+    parts = _REACT_CONVERSATION.split(header, maxsplit=1)
+    after = parts[1].strip() if len(parts) > 1 else ""
+    return "\n\n".join(part for part in (context, after) if part)
+
+
+def _react_turn(turn: Turn) -> Turn:
+    """A turn after the ReAct header: an observation as a tool turn, actions as calls."""
+    if turn.role == "user" and _OBSERVATION.match(turn.text):
+        return Turn("tool", responses=[_OBSERVATION.sub("", turn.text, count=1)])
+    if turn.role == "tool":
+        return Turn("tool", responses=[_OBSERVATION.sub("", r, count=1) for r in turn.responses])
+    if turn.role == "assistant":
+        calls = turn.calls + [
+            {"name": name, "arguments": _react_input(given)}
+            for name, given in _REACT_ACTION.findall(turn.text)
+        ]
+        return Turn("assistant", turn.text, calls)
+    return turn
+
+
+def _react_input(text: str) -> dict[str, Any]:
+    """An "Action Input:" value: JSON, or the Python dict ReActAgent writes back, else {}."""
+    text = text.strip()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            value = {}
+    return value if isinstance(value, dict) else {}
+
+
+def react_answer(chat: Chat) -> str:
+    """The ReAct-format answer: an action for the next tool, or the final answer."""
+    if chat.last.role == "user" and chat.tools and _wants_tools(chat):
+        return _react_action(chat, _requested_tools(chat)[0])
+    if chat.last.role == "tool":
+        pending = _pending_tools(chat)
+        if pending:  # the next named tool, with the last observation's values first
+            return _react_action(chat, pending[0], before=" ".join(chat.last.responses))
+        return f"Thought: {REACT_ANSWER_THOUGHT}\nAnswer: {_react_results(chat)}"
+    return f"Thought: {REACT_ANSWER_THOUGHT}\nAnswer: {plain_answer(chat)}"
+
+
+def _react_action(chat: Chat, name: str, before: str = "") -> str:
+    arguments = to_json(_arguments(chat, name, before))
+    return f"Thought: {REACT_ACTION_THOUGHT}\nAction: {name}\nAction Input: {arguments}"
+
+
+def _react_results(chat: Chat) -> str:
+    """A sentence for each observation since the question: "a returned 1." for the earlier
+    single values, then the last as "The result is 3." (or what the tool returned)."""
+    turns = chat.turns[_asked(chat) :]
+    responses = [r for t in turns if t.role == "tool" for r in t.responses]
+    names = [str(c.get("name")) for t in turns for c in t.calls]
+    names += ["The tool"] * (len(responses) - len(names))
+    sentences = []
+    for i, (response, name) in enumerate(zip(responses, names, strict=False)):
+        value = _single_value(response.strip())
+        last = i == len(responses) - 1
+        earlier = value is not None and not last
+        sentences.append(f"{name} returned {value}." if earlier else _tool_result(response, name))
+    return " ".join(sentences) or "Done."
 
 
 # --- plain answers --------------------------------------------------------------------------

@@ -7,6 +7,16 @@ from typing import Any
 
 import httpx
 import pytest
+from llama_index.core.agent.react.formatter import ReActChatFormatter
+from llama_index.core.agent.react.output_parser import ReActOutputParser
+from llama_index.core.agent.react.types import (
+    ActionReasoningStep,
+    BaseReasoningStep,
+    ObservationReasoningStep,
+    ResponseReasoningStep,
+)
+from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.tools import FunctionTool
 
 from relay_integrations.core import (
     CueSet,
@@ -637,3 +647,139 @@ async def test_the_relay_sees_the_reasoning_end_right_after_a_small_segment() ->
     messages = [user("What is the weather in San Francisco, CA?")]
     result = await relay_generate(messages, [WEATHER])  # the default cool-down, 5 tokens
     assert result.text == capable(render_chat(messages, tools=[WEATHER]), {})
+
+
+# --- ReAct prompts (LlamaIndex's ReActAgent) ---------------------------------------------------
+
+
+def get_population(city: str) -> int:
+    """The number of people living in a city."""
+    return {"Paris": 2102650}.get(city, 1000)
+
+
+def multiply(a: float, b: float) -> float:
+    """Multiply two numbers."""
+    return a * b
+
+
+REACT_TOOLS = [FunctionTool.from_defaults(get_population), FunctionTool.from_defaults(multiply)]
+TWO_STEPS = "Use get_population for Paris, then multiply it by 3."
+
+
+def react_step(
+    question: str,
+    reasoning: list[BaseReasoningStep],
+    formatter: ReActChatFormatter | None = None,
+    history: list[ChatMessage] | None = None,
+    thinking: bool = True,
+) -> BaseReasoningStep:
+    """The capable model's next ReAct step, from the chat ReActAgent sends (its formatter's
+    messages as the adapter passes them on), parsed like ReActAgent parses it."""
+    formatter = formatter or ReActChatFormatter.from_defaults()
+    chat = [*(history or []), ChatMessage(role=MessageRole.USER, content=question)]
+    messages = formatter.format(REACT_TOOLS, chat, current_reasoning=reasoning)
+    prompt = render_chat([{"role": m.role.value, "content": m.content} for m in messages], thinking)
+    output = capable(prompt, {})
+    if thinking:
+        assert output.startswith("<think>\n")
+        reasoning_text, closed, output = output.partition("\n</think>\n\n")
+        assert closed and output
+        assert not any(word in reasoning_text for word in ("Thought:", "Action:", "Answer:"))
+    return ReActOutputParser().parse(output)
+
+
+def observe(step: BaseReasoningStep) -> ObservationReasoningStep:
+    """Run the step's tool and wrap its output as ReActAgent does."""
+    assert isinstance(step, ActionReasoningStep)
+    tool = next(t for t in REACT_TOOLS if t.metadata.name == step.action)
+    return ObservationReasoningStep(observation=str(tool.call(**step.action_input).content))
+
+
+def test_react_first_step_calls_the_first_named_tool() -> None:
+    step = react_step(TWO_STEPS, [])
+    assert isinstance(step, ActionReasoningStep)
+    assert (step.action, step.action_input) == ("get_population", {"city": "Paris"})
+    assert step.thought.startswith("The current language of the user is: English.")
+
+
+def test_react_second_step_feeds_the_observation_to_the_next_tool() -> None:
+    first = react_step(TWO_STEPS, [])
+    observed = observe(first)
+    assert observed.observation == "2102650"
+    step = react_step(TWO_STEPS, [first, observed])
+    assert isinstance(step, ActionReasoningStep)
+    assert (step.action, step.action_input) == ("multiply", {"a": 2102650, "b": 3})
+
+
+def test_react_answer_after_all_observations_states_the_results() -> None:
+    reasoning: list[BaseReasoningStep] = []
+    for _ in range(2):
+        step = react_step(TWO_STEPS, reasoning)
+        reasoning += [step, observe(step)]
+    observed = [s.observation for s in reasoning if isinstance(s, ObservationReasoningStep)]
+    assert observed == ["2102650", "6307950"]
+    final = react_step(TWO_STEPS, reasoning)
+    assert isinstance(final, ResponseReasoningStep) and final.is_done
+    assert final.thought.startswith("I can answer without using any more tools.")
+    assert final.response == "get_population returned 2102650. The result is 6307950."
+
+
+@pytest.mark.parametrize(
+    ("formatter", "thinking"),
+    [
+        (ReActChatFormatter.from_defaults(observation_role=MessageRole.TOOL), True),
+        (ReActChatFormatter.from_defaults(context="You are a statistician."), True),
+        (ReActChatFormatter.from_defaults(), False),
+    ],
+    ids=["observations-as-tool-messages", "agent-system-prompt", "thinking-off"],
+)
+def test_react_two_step_task_in_other_settings(
+    formatter: ReActChatFormatter, thinking: bool
+) -> None:
+    reasoning: list[BaseReasoningStep] = []
+    step = react_step(TWO_STEPS, reasoning, formatter, thinking=thinking)
+    while isinstance(step, ActionReasoningStep) and len(reasoning) < 6:
+        reasoning += [step, observe(step)]
+        step = react_step(TWO_STEPS, reasoning, formatter, thinking=thinking)
+    assert [s.action for s in reasoning if isinstance(s, ActionReasoningStep)] == [
+        "get_population",
+        "multiply",
+    ]
+    assert isinstance(step, ResponseReasoningStep) and "6307950" in step.response
+
+
+def test_react_answers_without_a_tool_when_none_is_called_for() -> None:
+    step = react_step("Hello!", [])
+    assert isinstance(step, ResponseReasoningStep)
+    assert step.response == "Hello! How can I help you today?"
+
+
+def test_react_a_later_question_starts_over_after_the_first_scratchpad() -> None:
+    """After a run, ReActAgent keeps its whole scratchpad as one assistant message."""
+    reasoning: list[BaseReasoningStep] = []
+    step = react_step(TWO_STEPS, reasoning)
+    while isinstance(step, ActionReasoningStep):
+        reasoning += [step, observe(step)]
+        step = react_step(TWO_STEPS, reasoning)
+    scratchpad = "\n".join(s.get_content() for s in [*reasoning, step])
+    history = [
+        ChatMessage(role=MessageRole.USER, content=TWO_STEPS),
+        ChatMessage(role=MessageRole.ASSISTANT, content=scratchpad),
+    ]
+    again = react_step("Now use get_population for Rome.", [], history=history)
+    assert isinstance(again, ActionReasoningStep)
+    assert (again.action, again.action_input) == ("get_population", {"city": "Rome"})
+
+
+def test_a_react_header_merged_into_the_first_user_turn_is_read_too() -> None:
+    header = ReActChatFormatter.from_defaults().format(REACT_TOOLS, [])[0].content or ""
+    prompt = render_chat([user(header + "\n" + TWO_STEPS)])
+    step = ReActOutputParser().parse(capable(prompt, {}).partition("</think>\n\n")[2])
+    assert isinstance(step, ActionReasoningStep)
+    assert (step.action, step.action_input) == ("get_population", {"city": "Paris"})
+
+
+def test_a_chat_about_the_react_format_is_not_a_react_chat() -> None:
+    question = "What does Action Input: mean in a ReAct prompt? Answer: briefly."
+    _, _, answer = capable(render_chat([user(question)]), {}).partition("</think>\n\n")
+    assert not answer.startswith("Thought:")
