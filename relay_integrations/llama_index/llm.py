@@ -99,9 +99,13 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
 
     @property
     def metadata(self) -> LLMMetadata:
+        """The server's context window; ``num_output`` is the token budget, capped at half the
+        window, so that prompt helpers leave room for retrieved context (the relay clips a
+        generation to the window anyway)."""
+        window = self._window()
         return LLMMetadata(
-            context_window=self._window(),
-            num_output=self.max_tokens,
+            context_window=window,
+            num_output=min(self.max_tokens, window // 2),
             is_chat_model=True,
             is_function_calling_model=True,
             model_name=self.model_name,

@@ -22,6 +22,8 @@ The answer, first rule that applies:
   A question that names its tools in sequence ("use a, then b") gets one call per turn.
 - the last turn holds tool responses: the next tool of such a sequence, its numbers taken from
   the results first; else a sentence stating the results.
+- a retrieval-augmented question (LlamaIndex's QA template): the context sentence that shares
+  the most words with the query.
 - otherwise a plain answer: a remembered name, arithmetic, a greeting, or a restatement.
 
 A ReAct chat (LlamaIndex's ``ReActAgent``: its system prompt, or first user turn, holds the
@@ -252,7 +254,28 @@ def answer_for(chat: Chat, body: dict[str, Any]) -> str:
         if pending:  # "use a, then b": b's turn, with a's results among its arguments
             return _hermes_call(chat, pending[0], before=" ".join(chat.last.responses))
         return _tool_results(chat)
-    return plain_answer(chat)
+    grounded = _from_context(chat.question)
+    return grounded if grounded is not None else plain_answer(chat)
+
+
+_CONTEXT = re.compile(
+    r"Context information is below\.\s*-{3,}\s*(?P<context>.*?)\s*-{3,}.*?Query:\s*(?P<query>.*?)\s*"
+    r"(?:Answer:|$)",
+    re.S,
+)
+
+
+def _from_context(question: str) -> str | None:
+    """A retrieval-augmented question (LlamaIndex's QA template): the context sentence that
+    shares the most words with the query, as a grounded answer."""
+    found = _CONTEXT.search(question)
+    if found is None:
+        return None
+    query_words = set(re.findall(r"\w{3,}", found["query"].lower()))
+    pieces = re.split(r"(?<=[.!?])\s+|\n+", found["context"])
+    sentences = [p for p in pieces if len(p.split()) >= 4] or pieces  # not "name: x" lines
+    best = max(sentences, key=lambda s: len(query_words & set(re.findall(r"\w{3,}", s.lower()))))
+    return f"According to the documents: {best.strip()}"
 
 
 def _step_by_step(chat: Chat) -> bool:

@@ -56,7 +56,7 @@ def test_metadata_is_honest(qwen_large: Server, qwen_small: Server) -> None:
     metadata = relay_llm(qwen_large, qwen_small).metadata
     assert metadata.context_window == 4096  # the server's max_model_len
     assert metadata.is_chat_model and metadata.is_function_calling_model
-    assert metadata.num_output == 300
+    assert metadata.num_output == 300  # the budget: under half the window
     assert metadata.model_name == "qwen3-large+qwen3-small"
 
 

@@ -70,3 +70,17 @@ async def test_a_function_agent_streams_through_a_two_step_tool_task(server: Scr
     assert str(POPULATIONS["paris"] * 3) in str(result)
     assert any(e.thinking_delta for e in streamed)  # the reasoning streamed as thinking
     assert all(e.delta is not None for e in streamed)
+
+
+def test_a_vector_store_query_engine_answers_from_its_documents(server: ScriptedVLLM) -> None:
+    """The example's index: real local embeddings (all-MiniLM-L6-v2 on numpy), the answer
+    written by the relay from the retrieved context."""
+    from llama_index.core import VectorStoreIndex
+
+    from examples.llama_index_rag import documents, local_embedding
+
+    index = VectorStoreIndex.from_documents(documents(), embed_model=local_embedding())
+    engine = index.as_query_engine(llm=relay_llm(server), similarity_top_k=2)
+    response = engine.query("How far ahead may non-members book the 60 cm reflector?")
+    assert response.source_nodes[0].node.ref_doc_id == "telescope-booking"
+    assert "non-members may book up to 3 days ahead" in str(response)
