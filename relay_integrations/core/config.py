@@ -104,7 +104,7 @@ class SwitchPolicy(_Frozen):
         "answer with what is left of the budget (None: the reasoning may use all of it)",
     )
     answer_reserve_tokens: int = Field(
-        default=0,
+        default=1024,
         ge=0,
         description="Budget kept for the answer: the reasoning is closed when only this many "
         "tokens (at most a quarter of max_tokens) remain, so it cannot leave the answer empty",

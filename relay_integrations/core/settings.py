@@ -51,11 +51,7 @@ class RelaySettings(BaseModel):
     allow_model_mismatch: bool = Field(
         default=False, description="Use a cue artifact calibrated for another model pair"
     )
-    policy: SwitchPolicy = Field(
-        default_factory=lambda: SwitchPolicy(answer_reserve_tokens=1024),
-        description="When control passes; by default 1024 tokens (at most a quarter of "
-        "max_tokens) are kept for the answer, so an agent never gets an empty reply",
-    )
+    policy: SwitchPolicy = Field(default_factory=SwitchPolicy)
     temperature: float = Field(default=0.6, ge=0)
     top_p: float = Field(default=0.95, gt=0, le=1)
     top_k: int | None = 20

@@ -73,8 +73,9 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
     Tools: ``chat_with_tools`` / ``FunctionAgent`` render tools through the model's own chat
     template; ``tool_required=True`` constrains the answer to a call with vLLM structured
     outputs, which is also how ``structured_predict`` and ``as_structured_llm`` get valid
-    objects. By default 1024 tokens (at most a quarter of ``max_tokens``) are kept for the
-    answer, so a long reasoning never hands an agent an empty reply.
+    objects. The policy keeps 1024 tokens (at most a quarter of ``max_tokens``) for the
+    answer, so a long reasoning never hands an agent (``ReActAgent`` retries empty replies)
+    an empty reply.
     """
 
     context_window: int | None = Field(

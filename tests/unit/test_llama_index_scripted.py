@@ -3,7 +3,9 @@ like a capable reasoning model (a random tiny model cannot pick tools)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from llama_index.core.agent.workflow import AgentStream, FunctionAgent, ToolCallResult
@@ -12,7 +14,7 @@ from llama_index.core.tools import FunctionTool
 from relay_integrations.core import SwitchPolicy
 from relay_integrations.llama_index import RelayLLM
 from tests.fakes.capable_model import capable
-from tests.fakes.scripted_vllm import ScriptedModel, ScriptedVLLM
+from tests.fakes.scripted_vllm import ASSISTANT, ScriptedModel, ScriptedVLLM
 from tests.fakes.threaded import serving
 
 POPULATIONS = {"paris": 2_102_650}
@@ -84,3 +86,55 @@ def test_a_vector_store_query_engine_answers_from_its_documents(server: Scripted
     response = engine.query("How far ahead may non-members book the 60 cm reflector?")
     assert response.source_nodes[0].node.ref_doc_id == "telescope-booking"
     assert "non-members may book up to 3 days ahead" in str(response)
+
+
+def test_a_react_agent_completes_a_two_step_tool_task(server: ScriptedVLLM) -> None:
+    from llama_index.core.agent.workflow import ReActAgent
+
+    agent = ReActAgent(tools=TOOLS, llm=relay_llm(server))
+    answer, called = asyncio.run(
+        _run(agent, "Use get_population for Paris, then multiply it by 3.")
+    )
+    assert called == ["get_population", "multiply"]
+    assert str(POPULATIONS["paris"] * 3) in answer
+
+
+def endless_thinker(prompt: str, body: dict[str, object]) -> str:
+    """A capable model that would think far past any budget before answering."""
+    chat = prompt[: prompt.rfind(ASSISTANT) + len(ASSISTANT)]  # up to the open assistant turn
+    generated = prompt[len(chat) :]
+    full = capable(chat, dict(body))
+    reasoning, _, answer = full.partition("\n</think>\n\n")
+    padded = reasoning + " Let me think about it once more." * 400
+    if "</think>" in generated:  # the relay closed the reasoning: answer now
+        return "\n\n" + answer
+    return (padded + "\n</think>\n\n" + answer)[len(generated) :]
+
+
+def test_a_react_agent_gets_an_answer_from_a_model_that_would_think_forever() -> None:
+    """The budget runs out inside the reasoning: the relay closes it while the answer's
+    reserve is left (at most a quarter of max_tokens), so ReActAgent gets a parsable step
+    every time and never enters its empty-answer retry loop."""
+    from llama_index.core.agent.workflow import ReActAgent
+
+    large = ScriptedModel("large", "", respond=endless_thinker)
+    small = ScriptedModel("small", "", respond=endless_thinker)
+    with serving(ScriptedVLLM(large, small)) as thinker:
+        llm = relay_llm(thinker, max_tokens=400, context_window=8192)
+        agent = ReActAgent(tools=TOOLS, llm=llm)
+        answer, called = asyncio.run(
+            _run(agent, "Use get_population for Paris, then multiply it by 3.")
+        )
+        prompts = [r["prompt"] for r in small.requests]
+    assert called == ["get_population", "multiply"]
+    assert str(POPULATIONS["paris"] * 3) in answer
+    # each of the three steps closed its reasoning at 300 of 400 tokens and answered at once
+    assert sum(p.endswith("\n</think>") for p in prompts) == 3
+    assert not any("Error while parsing" in p or "FAILURE" in p for p in prompts)
+
+
+async def _run(agent: Any, question: str) -> tuple[str, list[str]]:
+    """The agent's final answer and the tools it called, in order."""
+    handler = agent.run(question)
+    called = [e.tool_name async for e in handler.stream_events() if isinstance(e, ToolCallResult)]
+    return str(await handler), called
