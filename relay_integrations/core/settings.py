@@ -18,13 +18,19 @@ unset come from ``RELAY_*`` environment variables (``RELAY_LARGE__BASE_URL``, ..
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
 
+from .chat import ChatRequest, Message
 from .config import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
 from .cues import CueSet
 from .generation import RequestHook
+
+SAMPLING_ARGUMENTS = ("temperature", "top_p", "top_k", "seed", "max_tokens")
+CALL_ARGUMENTS = frozenset({*SAMPLING_ARGUMENTS, "stop", "chat_template_kwargs"})
+"""Keyword arguments every adapter call accepts."""
 
 _ENV_FIELDS = {
     "large_url": ("large", "base_url"),
@@ -109,6 +115,35 @@ class RelaySettings(BaseModel):
         }
         values.update({k: v for k, v in overrides.items() if k in values and v is not None})
         return SamplingConfig(**values)
+
+    def chat_request(
+        self, messages: Sequence[Message], call: Mapping[str, Any], **fields: Any
+    ) -> ChatRequest:
+        """A chat turn from a framework call's keyword arguments.
+
+        `call` may hold sampling overrides (``temperature``, ``top_p``, ``top_k``, ``seed``,
+        ``max_tokens``), ``stop`` and ``chat_template_kwargs``; anything else is refused with
+        the accepted names. `fields` are the request fields the adapter has already
+        translated (``tools``, ``tool_choice``, ``parallel_tool_calls``, ``response_format``).
+        """
+        unknown = set(call) - CALL_ARGUMENTS - set(fields)
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__} got unsupported arguments {sorted(unknown)}; it takes "
+                f"{sorted(CALL_ARGUMENTS | set(fields))}"
+            )
+        stop = call.get("stop")
+        return ChatRequest(
+            messages=messages,
+            stop=stop if stop is not None else (self.stop or ()),
+            sampling=self.sampling(**{k: call.get(k) for k in SAMPLING_ARGUMENTS}),
+            chat_template_kwargs={
+                **self.chat_template_kwargs,
+                **(call.get("chat_template_kwargs") or {}),
+            },
+            request_hook=self.request_hook,
+            **fields,
+        )
 
     def relay_config(self) -> RelayConfig:
         def endpoint(url: str, model: str) -> EndpointConfig:

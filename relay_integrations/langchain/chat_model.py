@@ -35,14 +35,6 @@ from ..core.client import RelayClient
 from ..core.settings import RelaySettings
 from . import messages as convert
 
-_SAMPLING_KWARGS = ("temperature", "top_p", "top_k", "seed", "max_tokens")
-_REQUEST_KWARGS = (
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "response_format",
-    "chat_template_kwargs",
-)
 StructuredOutputMethod = Literal["function_calling", "json_schema", "json_mode"]
 
 
@@ -347,27 +339,17 @@ class RelayChatModel(RelaySettings, BaseChatModel):
     def _request(
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
     ) -> ChatRequest:
-        kwargs = {k: v for k, v in kwargs.items() if not k.startswith("ls_")}
-        unknown = set(kwargs) - set(_SAMPLING_KWARGS) - set(_REQUEST_KWARGS)
-        if unknown:
-            raise TypeError(
-                f"RelayChatModel got unsupported arguments {sorted(unknown)}; it takes "
-                f"{sorted((*_SAMPLING_KWARGS, *_REQUEST_KWARGS, 'stop'))}"
-            )
-        tool_choice = kwargs.get("tool_choice")
-        return ChatRequest(
-            messages=convert.to_openai(messages),
-            tools=kwargs.get("tools") or (),
+        call = {k: v for k, v in kwargs.items() if not k.startswith("ls_")}  # tracing only
+        if stop is not None:
+            call["stop"] = stop
+        tool_choice = call.pop("tool_choice", None)
+        return self.chat_request(
+            convert.to_openai(messages),
+            call,
+            tools=call.pop("tools", None) or (),
             tool_choice=_tool_choice(tool_choice) if tool_choice is not None else None,
-            parallel_tool_calls=kwargs.get("parallel_tool_calls", True),
-            response_format=_response_format(kwargs.get("response_format")),
-            stop=stop if stop is not None else (self.stop or ()),
-            sampling=self.sampling(**{k: kwargs.get(k) for k in _SAMPLING_KWARGS}),
-            chat_template_kwargs={
-                **self.chat_template_kwargs,
-                **(kwargs.get("chat_template_kwargs") or {}),
-            },
-            request_hook=self.request_hook,
+            parallel_tool_calls=call.pop("parallel_tool_calls", True),
+            response_format=_response_format(call.pop("response_format", None)),
         )
 
 

@@ -42,8 +42,6 @@ if TYPE_CHECKING:
     from llama_index.core.tools.types import BaseTool
 
 logger = logging.getLogger(__name__)
-_SAMPLING_KWARGS = ("temperature", "top_p", "top_k", "seed", "max_tokens")
-_REQUEST_KWARGS = ("tools", "tool_choice", "parallel_tool_calls", "stop", "chat_template_kwargs")
 
 
 class RelayLLM(RelaySettings, FunctionCallingLLM):
@@ -254,22 +252,13 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
     # -- plumbing -------------------------------------------------------------------------
 
     def _request(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> ChatRequest:
-        unknown = set(kwargs) - set(_SAMPLING_KWARGS) - set(_REQUEST_KWARGS)
-        if unknown:
-            raise TypeError(
-                f"RelayLLM got unsupported arguments {sorted(unknown)}; it takes "
-                f"{sorted((*_SAMPLING_KWARGS, *_REQUEST_KWARGS))}"
-            )
-        return ChatRequest(
-            messages=convert.to_openai(messages),
-            tools=kwargs.get("tools") or (),
-            tool_choice=kwargs.get("tool_choice") if kwargs.get("tools") else None,
-            parallel_tool_calls=kwargs.get("parallel_tool_calls", True),
-            stop=kwargs.get("stop") or self.stop or (),
-            sampling=self.sampling(**{k: kwargs.get(k) for k in _SAMPLING_KWARGS}),
-            chat_template_kwargs={
-                **self.chat_template_kwargs,
-                **(kwargs.get("chat_template_kwargs") or {}),
-            },
-            request_hook=self.request_hook,
+        call = dict(kwargs)
+        tools = call.pop("tools", None) or ()
+        tool_choice = call.pop("tool_choice", None)
+        return self.chat_request(
+            convert.to_openai(messages),
+            call,
+            tools=tools,
+            tool_choice=tool_choice if tools else None,
+            parallel_tool_calls=call.pop("parallel_tool_calls", True),
         )
