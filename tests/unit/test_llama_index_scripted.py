@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from llama_index.core.agent.workflow import AgentStream, FunctionAgent, ToolCallResult
+from llama_index.core.agent.workflow import AgentStream, ToolCallResult
 from llama_index.core.tools import FunctionTool
 
+from examples.llama_index_agent import build_agent
 from relay_integrations.core import SwitchPolicy
 from relay_integrations.llama_index import RelayLLM
 from tests.fakes.capable_model import capable
@@ -56,7 +57,7 @@ def relay_llm(server: ScriptedVLLM, **fields: object) -> RelayLLM:
 
 
 async def test_a_function_agent_streams_through_a_two_step_tool_task(server: ScriptedVLLM) -> None:
-    agent = FunctionAgent(tools=TOOLS, llm=relay_llm(server))
+    agent = build_agent(relay_llm(server))  # the agent of examples/llama_index_agent.py
     handler = agent.run("Use get_population for Paris, then multiply it by 3.")
     calls, streamed = [], []
     async for event in handler.stream_events():
