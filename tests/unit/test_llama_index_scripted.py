@@ -139,3 +139,45 @@ async def _run(agent: Any, question: str) -> tuple[str, list[str]]:
     handler = agent.run(question)
     called = [e.tool_name async for e in handler.stream_events() if isinstance(e, ToolCallResult)]
     return str(await handler), called
+
+
+def test_settings_llm_serves_a_query_engine(server: ScriptedVLLM) -> None:
+    from llama_index.core import Settings, VectorStoreIndex
+
+    from examples.llama_index_rag import documents, local_embedding
+
+    index = VectorStoreIndex.from_documents(documents(), embed_model=local_embedding())
+    previous = Settings._llm
+    Settings.llm = relay_llm(server)
+    try:
+        response = index.as_query_engine(similarity_top_k=1).query(
+            "How much is a yearly membership for students under 26?"
+        )
+    finally:
+        Settings._llm = previous
+    assert "60 euros for students under 26" in str(response)
+
+
+def test_as_structured_llm_returns_a_valid_object(server: ScriptedVLLM) -> None:
+    from llama_index.core.base.llms.types import ChatMessage
+    from pydantic import BaseModel
+
+    class Weather(BaseModel):
+        """A weather report."""
+
+        city: str
+        degrees: int
+
+    structured = relay_llm(server).as_structured_llm(Weather)
+    response = structured.chat(
+        [ChatMessage(role="user", content="Report the weather in Paris: 21 degrees.")]
+    )
+    assert response.raw == Weather(city="Paris", degrees=21)
+
+
+def test_no_tool_call_is_an_error_only_when_asked(server: ScriptedVLLM) -> None:
+    llm = relay_llm(server)
+    response = llm.chat_with_tools(TOOLS, user_msg="Hello!")  # a greeting calls no tool
+    assert llm.get_tool_calls_from_response(response, error_on_no_tool_call=False) == []
+    with pytest.raises(ValueError, match="expected a tool call, got none; the answer was"):
+        llm.get_tool_calls_from_response(response)
