@@ -21,9 +21,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, SecretStr, model_validator
 
 from .chat import ChatRequest, Message
+from .client import RelayClient
 from .config import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
 from .cues import CueSet
 from .generation import RequestHook
@@ -78,6 +79,14 @@ class RelaySettings(BaseModel):
         description="Extra vLLM fields per upstream request; tests and benchmarks force known "
         "outputs with relay_integrations.testing.forcing",
     )
+
+    _client: RelayClient = PrivateAttr()
+
+    @model_validator(mode="after")
+    def _connect(self) -> Self:
+        """Load the cue set (a bad artifact fails here, with its reason); make the client."""
+        self._client = RelayClient(self.relay_config(), self.load_cues())
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from operator import itemgetter
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
@@ -21,7 +21,7 @@ from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
-from pydantic import BaseModel, PrivateAttr, model_validator
+from pydantic import BaseModel
 from pydantic.v1 import BaseModel as BaseModelV1
 
 from ..core.chat import (
@@ -31,7 +31,6 @@ from ..core.chat import (
     JsonSchemaFormat,
     ResponseFormat,
 )
-from ..core.client import RelayClient
 from ..core.settings import RelaySettings
 from . import messages as convert
 
@@ -115,14 +114,6 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         ``msg.response_metadata``: ``model_name``, ``finish_reason`` and ``relay`` (the
         large-model share of written tokens, switches, time, usage per model).
     """
-
-    _client: RelayClient = PrivateAttr()
-
-    @model_validator(mode="after")
-    def _connect(self) -> Self:
-        # loads the cue artifact: a bad one fails here, with its reason
-        self._client = RelayClient(self.relay_config(), self.load_cues())
-        return self
 
     @property
     def _llm_type(self) -> str:

@@ -28,11 +28,10 @@ from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW as DEFAULT_WINDOW
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr
 
 from ..core.chat import ChatRequest, ContentDelta, ReasoningDelta, ToolCallDelta
 from ..core.chat import ChatResponse as RelayResponse
-from ..core.client import RelayClient
 from ..core.errors import RelayError
 from ..core.settings import RelaySettings
 from ..core.tool_calls import ToolCall
@@ -79,14 +78,7 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
     context_window: int | None = Field(
         default=None, description="Context window; None asks the large model's server"
     )
-    _client: RelayClient = PrivateAttr()
     _served_window: int | None = PrivateAttr(default=None)
-
-    @model_validator(mode="after")
-    def _connect(self) -> RelayLLM:
-        # loads the cue artifact: a bad one fails here, with its reason
-        self._client = RelayClient(self.relay_config(), self.load_cues())
-        return self
 
     @classmethod
     def class_name(cls) -> str:

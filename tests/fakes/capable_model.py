@@ -833,3 +833,32 @@ def _joke(subject: str) -> dict[str, str]:
         "setup": f"Why did the {subject} sit on the computer?",
         "punchline": f"To keep an eye on the mouse, as {subject} always do.",
     }
+
+
+CAPABLE_CUES = ["Therefore,", "Now"]
+"""The cues the capable model's reasoning uses as sentence starters."""
+
+
+def capable_server(token_delay: float = 0.0) -> Any:
+    """A scripted vLLM serving "large" and "small", both answering like a capable model."""
+    from tests.fakes.scripted_vllm import ScriptedModel, ScriptedVLLM
+
+    return ScriptedVLLM(
+        ScriptedModel("large", "", respond=capable, token_delay=token_delay),
+        ScriptedModel("small", "", respond=capable, token_delay=token_delay),
+    )
+
+
+def relay_fields(base_url: str, **fields: Any) -> dict[str, Any]:
+    """Settings of a LangChain or LlamaIndex relay model over a capable server."""
+    from relay_integrations.core import SwitchPolicy
+
+    return {
+        "large_url": base_url,
+        "large_model": "large",
+        "small_url": base_url,
+        "small_model": "small",
+        "cues": CAPABLE_CUES,
+        "policy": SwitchPolicy(cooldown_tokens=0),
+        **fields,
+    }

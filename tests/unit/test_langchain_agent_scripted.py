@@ -7,25 +7,13 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage, ToolMessage
 
 from examples.langchain_agent import POPULATIONS, build_agent
-from relay_integrations.core import SwitchPolicy
 from relay_integrations.langchain import RelayChatModel
-from tests.fakes.capable_model import capable
-from tests.fakes.scripted_vllm import ScriptedModel, ScriptedVLLM
+from tests.fakes.capable_model import capable_server, relay_fields
 
 
 async def test_the_agent_calls_both_tools_in_turn_and_answers() -> None:
-    large = ScriptedModel("large", "", respond=capable)
-    small = ScriptedModel("small", "", respond=capable)
-    async with ScriptedVLLM(large, small) as server:
-        llm = RelayChatModel(
-            large_url=server.base_url,
-            large_model="large",
-            small_url=server.base_url,
-            small_model="small",
-            cues=["Therefore,", "Now"],
-            policy=SwitchPolicy(cooldown_tokens=0),
-        )
-        agent = build_agent(llm)
+    async with capable_server() as server:
+        agent = build_agent(RelayChatModel(**relay_fields(server.base_url)))
         state = await agent.ainvoke(
             {"messages": [("user", "Use get_population for Paris, then multiply it by 3.")]}
         )

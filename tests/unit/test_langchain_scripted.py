@@ -9,30 +9,19 @@ import pytest
 from langchain_core.messages import AIMessage
 from pydantic import ValidationError
 
-from relay_integrations.core import SwitchPolicy
 from relay_integrations.langchain import RelayChatModel
-from tests.fakes.capable_model import capable
-from tests.fakes.scripted_vllm import ScriptedModel, ScriptedVLLM
+from tests.fakes.capable_model import capable_server, relay_fields
+from tests.fakes.scripted_vllm import ScriptedVLLM
 
 
 @pytest.fixture
 async def server() -> AsyncIterator[ScriptedVLLM]:
-    large = ScriptedModel("large", "", respond=capable, token_delay=0.002)
-    small = ScriptedModel("small", "", respond=capable, token_delay=0.002)
-    async with ScriptedVLLM(large, small) as running:
+    async with capable_server(token_delay=0.002) as running:
         yield running
 
 
 def model(server: ScriptedVLLM, **fields: object) -> RelayChatModel:
-    return RelayChatModel(
-        large_url=server.base_url,
-        large_model="large",
-        small_url=server.base_url,
-        small_model="small",
-        cues=["Therefore,", "Now"],
-        policy=SwitchPolicy(cooldown_tokens=0),
-        **fields,
-    )
+    return RelayChatModel(**relay_fields(server.base_url, **fields))
 
 
 async def test_stream_events_v3_show_one_reasoning_and_one_text_block(server: ScriptedVLLM) -> None:

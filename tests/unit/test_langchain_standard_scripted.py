@@ -12,20 +12,16 @@ import pytest
 from langchain_core.messages import AIMessage
 from langchain_tests.integration_tests import ChatModelIntegrationTests
 
-from relay_integrations.core import SwitchPolicy
 from relay_integrations.langchain import RelayChatModel
-from tests.fakes.capable_model import capable
-from tests.fakes.scripted_vllm import ScriptedModel, ScriptedVLLM
+from tests.fakes.capable_model import capable_server, relay_fields
 from tests.fakes.threaded import serving
 
 _SERVER: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
-def capable_server() -> Iterator[None]:
-    large = ScriptedModel("large", "", respond=capable)
-    small = ScriptedModel("small", "", respond=capable)
-    with serving(ScriptedVLLM(large, small)) as server:
+def running_capable_server() -> Iterator[None]:
+    with serving(capable_server()) as server:
         _SERVER["url"] = server.base_url
         yield
     _SERVER.clear()
@@ -38,14 +34,7 @@ class TestRelayChatModelStandard(ChatModelIntegrationTests):
 
     @property
     def chat_model_params(self) -> dict[str, Any]:
-        return {
-            "large_url": _SERVER["url"],
-            "large_model": "large",
-            "small_url": _SERVER["url"],
-            "small_model": "small",
-            "cues": ["Therefore,", "Now"],
-            "policy": SwitchPolicy(cooldown_tokens=0),
-        }
+        return relay_fields(_SERVER["url"])
 
     @property
     def has_tool_choice(self) -> bool:

@@ -12,9 +12,8 @@ from llama_index.core.agent.workflow import AgentStream, ToolCallResult
 from llama_index.core.tools import FunctionTool
 
 from examples.llama_index_agent import build_agent
-from relay_integrations.core import SwitchPolicy
 from relay_integrations.llama_index import RelayLLM
-from tests.fakes.capable_model import capable
+from tests.fakes.capable_model import capable, capable_server, relay_fields
 from tests.fakes.scripted_vllm import ASSISTANT, ScriptedModel, ScriptedVLLM
 from tests.fakes.threaded import serving
 
@@ -38,22 +37,12 @@ TOOLS = [FunctionTool.from_defaults(get_population), FunctionTool.from_defaults(
 def server() -> Iterator[ScriptedVLLM]:
     # On its own loop, in a thread, like a real server: LlamaIndex reads the sync `metadata`
     # property (the context window, asked of the server once) from inside its event loop.
-    large = ScriptedModel("large", "", respond=capable)
-    small = ScriptedModel("small", "", respond=capable)
-    with serving(ScriptedVLLM(large, small)) as running:
+    with serving(capable_server()) as running:
         yield running
 
 
 def relay_llm(server: ScriptedVLLM, **fields: object) -> RelayLLM:
-    return RelayLLM(
-        large_url=server.base_url,
-        large_model="large",
-        small_url=server.base_url,
-        small_model="small",
-        cues=["Therefore,", "Now"],
-        policy=SwitchPolicy(cooldown_tokens=0),
-        **fields,
-    )
+    return RelayLLM(**relay_fields(server.base_url, **fields))
 
 
 async def test_a_function_agent_streams_through_a_two_step_tool_task(server: ScriptedVLLM) -> None:
