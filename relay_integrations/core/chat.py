@@ -15,7 +15,6 @@ Qwen3/Hermes ``<tool_call>`` format, or from the constrained JSON of a forced ca
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -227,8 +226,3 @@ def _forced_call(text: str, result: RelayResult) -> ToolCall | InvalidToolCall:
 
 def _finish(result: RelayResult) -> Literal["stop", "length"]:
     return "length" if result.finish_reason == "length" else "stop"
-
-
-def dump_arguments(call: ToolCall) -> str:
-    """The call's arguments as the JSON string OpenAI-format messages carry."""
-    return json.dumps(call.arguments, ensure_ascii=False)
