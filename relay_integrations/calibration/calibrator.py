@@ -39,7 +39,7 @@ from ..core.artifact import (
 from ..core.config import EndpointConfig, ReasoningMarkers, SamplingConfig
 from ..core.endpoint import Endpoint
 from ..core.errors import RelayError
-from ..core.rendering import PromptRenderer, ServerChatTemplate
+from ..core.rendering import CachingRenderer, PromptRenderer, ServerChatTemplate
 from ..progress import Progress
 from .candidates import DEFAULT_CANDIDATES
 from .concurrency import run_bounded
@@ -92,7 +92,7 @@ class Calibrator:
     ) -> None:
         self.small = Endpoint(small, "small")
         self.large = Endpoint(large, "large") if large is not None else None
-        self.renderer = renderer or ServerChatTemplate()
+        self.renderer = CachingRenderer(renderer or ServerChatTemplate())  # once per problem
         self.candidates = tuple(dict.fromkeys(candidates))
         self.rule = rule or SelectionRule()
         self.sampling = sampling or SamplingConfig()

@@ -195,6 +195,26 @@ async def stream_chat(switcher: RelaySwitcher, request: ChatRequest) -> AsyncIte
     )
 
 
+def normalize_tool_choice(
+    choice: str | bool | Mapping[str, Any] | None, required: bool = False
+) -> ToolChoice | None:
+    """A framework's tool choice as the core's: ``auto``, ``none``, ``required`` or a name.
+
+    Takes OpenAI's forms (``{"type": "function", "function": {"name": ...}}``, ``"required"``),
+    LangChain's (``"any"``, ``True``/``False``) and LlamaIndex's ``tool_required`` flag, which
+    turns an unset or ``auto`` choice into ``required``.
+    """
+    if isinstance(choice, Mapping):
+        return str(choice.get("function", choice)["name"])
+    if choice is True or choice in ("any", "required"):
+        return "required"
+    if choice is False:
+        return "none"
+    if choice is None or choice == "auto":
+        return "required" if required else choice
+    return str(choice)
+
+
 def tool_name(tool: Mapping[str, Any]) -> str:
     """The function name of an OpenAI-format tool."""
     function = tool.get("function", tool)

@@ -16,6 +16,8 @@ Servers without ``/tokenize`` take a :class:`JinjaChatTemplate` (needs the ``jin
 
 from __future__ import annotations
 
+import asyncio
+import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -107,3 +109,30 @@ class JinjaChatTemplate:
             **chat.chat_template_kwargs,
         )
         return RenderedPrompt(text=text)
+
+
+class CachingRenderer:
+    """Renders each distinct chat once per endpoint (calibration asks for the same prompt
+    once per sample); concurrent requests for one chat share a single render."""
+
+    def __init__(self, renderer: PromptRenderer) -> None:
+        self.renderer = renderer
+        self._renders: dict[str, asyncio.Task[RenderedPrompt]] = {}
+
+    async def render(self, endpoint: Endpoint, chat: ChatInput) -> RenderedPrompt:
+        key = json.dumps(
+            [
+                endpoint.config.server_root,
+                endpoint.config.model,
+                chat.messages,
+                chat.tools,
+                chat.chat_template_kwargs,
+            ],
+            sort_keys=True,
+            default=str,
+        )
+        task = self._renders.get(key)
+        if task is None or (task.done() and task.exception() is not None):
+            task = asyncio.ensure_future(self.renderer.render(endpoint, chat))
+            self._renders[key] = task
+        return await asyncio.shield(task)

@@ -104,6 +104,11 @@ class RelaySettings(BaseModel):
             filled["api_key"] = os.environ["RELAY_API_KEY"]
         return filled
 
+    @property
+    def model_name(self) -> str:
+        """Both models, large first: the name adapters report in responses."""
+        return f"{self.large_model}+{self.small_model}"
+
     @classmethod
     def from_env(cls, **fields: Any) -> Self:
         """A model configured by ``RELAY_*`` variables; keyword fields win over them."""

@@ -30,6 +30,7 @@ from ..core.chat import (
     JsonObjectFormat,
     JsonSchemaFormat,
     ResponseFormat,
+    normalize_tool_choice,
 )
 from ..core.settings import RelaySettings
 from . import messages as convert
@@ -118,11 +119,6 @@ class RelayChatModel(RelaySettings, BaseChatModel):
     @property
     def _llm_type(self) -> str:
         return "relay-chat"
-
-    @property
-    def model_name(self) -> str:
-        """Both models, large first: what ``response_metadata["model_name"]`` reports."""
-        return f"{self.large_model}+{self.small_model}"
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
@@ -233,7 +229,7 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         formatted = [convert_to_openai_tool(tool) for tool in tools]
         bound: dict[str, Any] = {"tools": formatted, **kwargs}
         if tool_choice is not None:
-            bound["tool_choice"] = _tool_choice(tool_choice)
+            bound["tool_choice"] = normalize_tool_choice(tool_choice)
         if parallel_tool_calls is not None:
             bound["parallel_tool_calls"] = parallel_tool_calls
         return self.bind(**bound)
@@ -333,12 +329,11 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         call = {k: v for k, v in kwargs.items() if not k.startswith("ls_")}  # tracing only
         if stop is not None:
             call["stop"] = stop
-        tool_choice = call.pop("tool_choice", None)
         return self.chat_request(
             convert.to_openai(messages),
             call,
             tools=call.pop("tools", None) or (),
-            tool_choice=_tool_choice(tool_choice) if tool_choice is not None else None,
+            tool_choice=normalize_tool_choice(call.pop("tool_choice", None)),
             parallel_tool_calls=call.pop("parallel_tool_calls", True),
             response_format=_response_format(call.pop("response_format", None)),
         )
@@ -352,16 +347,6 @@ def _json_schema(schema: dict[str, Any] | type) -> dict[str, Any]:
     if isinstance(schema, type) and issubclass(schema, BaseModel):
         return dict(schema.model_json_schema())
     return dict(convert_to_json_schema(schema))
-
-
-def _tool_choice(choice: dict[str, Any] | str | bool) -> str:
-    if choice is True or choice in ("any", "required"):
-        return "required"
-    if choice is False:
-        return "none"
-    if isinstance(choice, dict):
-        return str(choice.get("function", choice)["name"])
-    return str(choice)
 
 
 def _response_format(value: dict[str, Any] | ResponseFormat | None) -> ResponseFormat | None:

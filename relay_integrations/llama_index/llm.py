@@ -30,7 +30,13 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 from pydantic import Field, PrivateAttr
 
-from ..core.chat import ChatRequest, ContentDelta, ReasoningDelta, ToolCallDelta
+from ..core.chat import (
+    ChatRequest,
+    ContentDelta,
+    ReasoningDelta,
+    ToolCallDelta,
+    normalize_tool_choice,
+)
 from ..core.chat import ChatResponse as RelayResponse
 from ..core.errors import RelayError
 from ..core.settings import RelaySettings
@@ -83,10 +89,6 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
     @classmethod
     def class_name(cls) -> str:
         return "RelayLLM"
-
-    @property
-    def model_name(self) -> str:
-        return f"{self.large_model}+{self.small_model}"
 
     @property
     def metadata(self) -> LLMMetadata:
@@ -210,15 +212,10 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
             user_msg = ChatMessage(role=MessageRole.USER, content=user_msg)
         if user_msg is not None:
             messages.append(user_msg)
-        choice: str = "required" if tool_required else "auto"
-        if isinstance(tool_choice, dict):
-            choice = str(tool_choice.get("function", tool_choice)["name"])
-        elif tool_choice is not None:
-            choice = "required" if tool_choice in ("any", "required") else tool_choice
         return {
             "messages": messages,
             "tools": [t.metadata.to_openai_tool(skip_length_check=True) for t in tools] or None,
-            "tool_choice": choice,
+            "tool_choice": normalize_tool_choice(tool_choice, required=tool_required),
             "parallel_tool_calls": allow_parallel_tool_calls,
             **kwargs,
         }

@@ -191,6 +191,7 @@ class ScriptedModel:
     renders: int = 0
     active: int = 0
     peak_active: int = 0
+    cut_short: int = 0  # streams the client closed before their end
     _seen_prompts: list[list[str]] = field(default_factory=list)
 
     def continuation(self, prompt: str, body: dict[str, Any]) -> str:
@@ -361,6 +362,7 @@ class ScriptedVLLM:
         """A streamed completion: a chunk a token, the finish, usage, ``[DONE]``."""
         model.active += 1
         model.peak_active = max(model.peak_active, model.active)
+        finished = False
         try:
             outcome = _Outcome()
             async for piece in self._generate(model, body, fault, outcome):
@@ -368,9 +370,11 @@ class ScriptedVLLM:
             yield _chunk(model.name, "", outcome.finish, outcome.stop_reason)
             usage = {**_completion(model.name, []), "usage": outcome.usage}
             yield "data: " + json.dumps(usage) + "\n\n"
+            finished = True
             yield "data: [DONE]\n\n"
         finally:
             model.active -= 1
+            model.cut_short += not finished
 
     async def _complete(
         self, model: ScriptedModel, body: dict[str, Any], fault: Fault

@@ -65,3 +65,19 @@ async def running_requests(root: str) -> float:
         for line in text.splitlines()
         if line.startswith("vllm:num_requests_running")
     )
+
+
+def qwen_relay_fields(large: Server, small: Server, **fields: object) -> dict[str, object]:
+    """Settings of a LangChain or LlamaIndex relay model over the tiny Qwen3 pair."""
+    from relay_integrations.core import SwitchPolicy
+
+    return {
+        "large_url": large.url,
+        "large_model": large.large_model,
+        "small_url": small.url,
+        "small_model": small.small_model,
+        "cues": ["Therefore,", "Now"],
+        "policy": SwitchPolicy(cooldown_tokens=0),
+        "max_tokens": 300,
+        **fields,
+    }

@@ -11,11 +11,10 @@ import pytest
 from langchain_core.messages import AIMessageChunk
 from pydantic import BaseModel
 
-from relay_integrations.core import SwitchPolicy
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.testing import forcing
 
-from .conftest import Server
+from .conftest import Server, qwen_relay_fields
 
 pytestmark = pytest.mark.vllm
 
@@ -24,16 +23,7 @@ TRACE = f"<think>\n{REASONING}\n</think>\n\nThe answer is 4."
 
 
 def relay_model(large: Server, small: Server, **fields: object) -> RelayChatModel:
-    return RelayChatModel(
-        large_url=large.url,
-        large_model=large.large_model,
-        small_url=small.url,
-        small_model=small.small_model,
-        cues=["Therefore,", "Now"],
-        policy=SwitchPolicy(cooldown_tokens=0),
-        max_tokens=300,
-        **fields,
-    )
+    return RelayChatModel(**qwen_relay_fields(large, small, **fields))
 
 
 def test_invoke_splits_reasoning_from_the_answer_and_sums_usage(

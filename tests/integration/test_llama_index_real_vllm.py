@@ -12,11 +12,10 @@ from llama_index.core.base.llms.types import ChatMessage, TextBlock, ThinkingBlo
 from llama_index.core.tools import FunctionTool
 from pydantic import BaseModel
 
-from relay_integrations.core import SwitchPolicy
 from relay_integrations.llama_index import RelayLLM
 from relay_integrations.testing import forcing
 
-from .conftest import Server
+from .conftest import Server, qwen_relay_fields
 
 pytestmark = pytest.mark.vllm
 
@@ -26,16 +25,7 @@ QUESTION = [ChatMessage(role="user", content="What is 2 + 2?")]
 
 
 def relay_llm(large: Server, small: Server, trace: str = TRACE, answer: bool = True) -> RelayLLM:
-    return RelayLLM(
-        large_url=large.url,
-        large_model=large.large_model,
-        small_url=small.url,
-        small_model=small.small_model,
-        cues=["Therefore,", "Now"],
-        policy=SwitchPolicy(cooldown_tokens=0),
-        max_tokens=300,
-        request_hook=forcing(trace, answer=answer),
-    )
+    return RelayLLM(**qwen_relay_fields(large, small, request_hook=forcing(trace, answer=answer)))
 
 
 def test_chat_keeps_thinking_out_of_the_content(qwen_large: Server, qwen_small: Server) -> None:

@@ -43,3 +43,24 @@ async def test_a_failing_endpoint_keeps_the_finished_traces_and_the_rerun_resume
     assert len(large.requests) == 4  # only the two missing traces were asked for
     assert all(r["stop"] == ["</think>"] for r in large.requests)
     assert all(r["max_tokens"] == 64 for r in large.requests)
+
+
+async def test_each_problem_is_rendered_once_however_many_samples(tmp_path: Path) -> None:
+    from relay_integrations.calibration import Calibrator
+
+    path = tmp_path / "problems.jsonl"
+    path.write_text("".join(json.dumps({"problem": f"q{i}"}) + "\n" for i in range(2)))
+    large, small = ScriptedModel("large", TRACE), ScriptedModel("small", TRACE)
+    async with ScriptedVLLM(large, small) as server:
+        calibrator = Calibrator(
+            large=EndpointConfig(base_url=server.base_url, model="large"),
+            small=EndpointConfig(base_url=server.base_url, model="small"),
+            sampling=SamplingConfig(max_tokens=64),
+            show_progress=False,
+        )
+        async with calibrator:
+            traces = await calibrator.write_traces(
+                ProblemSet.load(path), TraceFile(tmp_path / "t.jsonl"), samples=3
+            )
+    assert len(traces) == 6 and len(large.requests) == 6
+    assert large.renders == 2  # one chat-template render per problem, not per sample

@@ -40,15 +40,22 @@ async def test_abatch_runs_generations_concurrently(server: ScriptedVLLM) -> Non
 
 
 async def test_leaving_a_stream_early_closes_its_upstream_request(server: ScriptedVLLM) -> None:
+    def active() -> int:
+        return server.models["large"].active + server.models["small"].active
+
     llm = model(server)
     async for chunk in llm.astream("Tell me about the relay."):
-        if chunk.additional_kwargs.get("reasoning_content"):
-            break  # the large model is still writing
+        if chunk.additional_kwargs.get("reasoning_content") and active() == 1:
+            break  # leave while a model is writing this chunk's segment
+    else:
+        pytest.fail("no chunk arrived while an upstream request was open")
     for _ in range(100):
         if server.models["large"].active == 0 and server.models["small"].active == 0:
             break
         await asyncio.sleep(0.01)
     assert server.models["large"].active == 0 and server.models["small"].active == 0
+    # the open request was cut short, not left to finish its segment
+    assert server.models["large"].cut_short + server.models["small"].cut_short == 1
 
 
 async def test_stop_sequences_cut_the_answer_not_the_reasoning(server: ScriptedVLLM) -> None:

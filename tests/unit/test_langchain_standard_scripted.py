@@ -12,9 +12,9 @@ import pytest
 from langchain_core.messages import AIMessage
 from langchain_tests.integration_tests import ChatModelIntegrationTests
 
-from relay_integrations.langchain import RelayChatModel
 from tests.fakes.capable_model import capable_server, relay_fields
 from tests.fakes.threaded import serving
+from tests.unit.test_langchain_standard_unit import RelayCapabilities
 
 _SERVER: dict[str, str] = {}
 
@@ -27,30 +27,10 @@ def running_capable_server() -> Iterator[None]:
     _SERVER.clear()
 
 
-class TestRelayChatModelStandard(ChatModelIntegrationTests):
-    @property
-    def chat_model_class(self) -> type[RelayChatModel]:
-        return RelayChatModel
-
+class TestRelayChatModelStandard(RelayCapabilities, ChatModelIntegrationTests):
     @property
     def chat_model_params(self) -> dict[str, Any]:
         return relay_fields(_SERVER["url"])
-
-    @property
-    def has_tool_choice(self) -> bool:
-        return True
-
-    @property
-    def supports_json_mode(self) -> bool:
-        return True
-
-    @property
-    def supports_anthropic_inputs(self) -> bool:
-        return True  # convert_to_openai_messages reads Anthropic-style blocks
-
-    @property
-    def supports_model_override(self) -> bool:
-        return False  # a relay is a fixed pair of models
 
     @property
     def supported_usage_metadata_details(self) -> dict[Any, list[Any]]:

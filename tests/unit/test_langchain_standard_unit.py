@@ -16,14 +16,12 @@ PARAMS = {
 }
 
 
-class TestRelayChatModelUnit(ChatModelUnitTests):
+class RelayCapabilities:
+    """What RelayChatModel declares to both standard suites."""
+
     @property
     def chat_model_class(self) -> type[RelayChatModel]:
         return RelayChatModel
-
-    @property
-    def chat_model_params(self) -> dict[str, Any]:
-        return PARAMS
 
     @property
     def has_tool_choice(self) -> bool:
@@ -32,6 +30,20 @@ class TestRelayChatModelUnit(ChatModelUnitTests):
     @property
     def supports_json_mode(self) -> bool:
         return True
+
+    @property
+    def supports_anthropic_inputs(self) -> bool:
+        return True  # convert_to_openai_messages reads Anthropic-style blocks
+
+    @property
+    def supports_model_override(self) -> bool:
+        return False  # a relay is a fixed pair of models
+
+
+class TestRelayChatModelUnit(RelayCapabilities, ChatModelUnitTests):
+    @property
+    def chat_model_params(self) -> dict[str, Any]:
+        return PARAMS
 
     @property
     def init_from_env_params(self) -> tuple[dict[str, str], dict[str, Any], dict[str, Any]]:
