@@ -28,7 +28,7 @@ from ..core import (
     TextDelta,
 )
 from ..core.config import ModelRole
-from .options import add_endpoint_options, endpoint_values
+from .options import add_relay_options, relay_config
 
 DEFAULT_PROMPT = (
     "A train travels 60 km in the first hour and 90 km in the second hour. "
@@ -42,16 +42,7 @@ def add_parser(commands: Any) -> None:
     generate = commands.add_parser("generate", help="stream one relay generation to the terminal")
     generate.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT)
     generate.add_argument("--system", help="a system message")
-    add_endpoint_options(generate, "large", "small")
-    generate.add_argument("--cues", help="cue artifact path, builtin:NAME, or a JSON list of cues")
-    generate.add_argument(
-        "--allow-model-mismatch",
-        action="store_true",
-        help="use a cue artifact calibrated for another model pair",
-    )
-    generate.add_argument("--max-tokens", type=int, help="budget for reasoning plus answer")
-    generate.add_argument("--temperature", type=float)
-    generate.add_argument("--seed", type=int)
+    add_relay_options(generate)
     generate.add_argument(
         "--no-thinking", action="store_true", help="pass enable_thinking=false to the chat template"
     )
@@ -62,7 +53,7 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        config = _config_from(args)
+        config = relay_config(args)
     except (ValidationError, RelayError) as exc:
         print(f"relaygen: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -72,22 +63,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nrelaygen: {exc}", file=sys.stderr)
         return 1
     return 0 if result.finish_reason != "error" else 1
-
-
-def _config_from(args: argparse.Namespace) -> RelayConfig:
-    """The environment's configuration (RELAY_*), with the command line's options on top."""
-    values = RelayConfig.env_values()
-    for role in ("large", "small"):
-        values[role] = endpoint_values(args, values, role)
-    if args.cues:
-        values["cues"] = json.loads(args.cues) if args.cues.lstrip()[:1] == "[" else args.cues
-    if args.allow_model_mismatch:
-        values["allow_model_mismatch"] = True
-    sampling = values.setdefault("sampling", {})
-    for key in ("max_tokens", "temperature", "seed"):
-        if getattr(args, key) is not None:
-            sampling[key] = getattr(args, key)
-    return RelayConfig.model_validate(values)
 
 
 async def _generate(config: RelayConfig, args: argparse.Namespace) -> RelayResult:

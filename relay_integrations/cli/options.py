@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
+from ..core.config import RelayConfig
 from ..core.errors import RelayError
 
 
@@ -29,3 +31,33 @@ def endpoint_values(
             f"(or set RELAY_{role.upper()}__BASE_URL and RELAY_{role.upper()}__MODEL)"
         )
     return endpoint
+
+
+def add_relay_options(parser: argparse.ArgumentParser) -> None:
+    """Endpoints, cue set and sampling of a relay (``relaygen generate``, ``relaygen serve``)."""
+    add_endpoint_options(parser, "large", "small")
+    parser.add_argument("--cues", help="cue artifact path, builtin:NAME, or a JSON list of cues")
+    parser.add_argument(
+        "--allow-model-mismatch",
+        action="store_true",
+        help="use a cue artifact calibrated for another model pair",
+    )
+    parser.add_argument("--max-tokens", type=int, help="budget for reasoning plus answer")
+    parser.add_argument("--temperature", type=float)
+    parser.add_argument("--seed", type=int)
+
+
+def relay_config(args: argparse.Namespace) -> RelayConfig:
+    """The environment's configuration (RELAY_*), with the command line's options on top."""
+    values = RelayConfig.env_values()
+    for role in ("large", "small"):
+        values[role] = endpoint_values(args, values, role)
+    if args.cues:
+        values["cues"] = json.loads(args.cues) if args.cues.lstrip()[:1] == "[" else args.cues
+    if args.allow_model_mismatch:
+        values["allow_model_mismatch"] = True
+    sampling = values.setdefault("sampling", {})
+    for key in ("max_tokens", "temperature", "seed"):
+        if getattr(args, key) is not None:
+            sampling[key] = getattr(args, key)
+    return RelayConfig.model_validate(values)

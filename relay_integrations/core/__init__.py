@@ -14,7 +14,14 @@ from .config import (
     SwitchPolicy,
 )
 from .cues import CueMatch, CueSet
-from .errors import CueArtifactError, EndpointError, RelayError, RenderError, ServerSetupError
+from .errors import (
+    CueArtifactError,
+    EndpointError,
+    InvalidChatError,
+    RelayError,
+    RenderError,
+    ServerSetupError,
+)
 from .reasoning import PromptReasoning, split_reasoning
 from .rendering import (
     ChatInput,
@@ -44,6 +51,7 @@ __all__ = [
     "CueSet",
     "EndpointConfig",
     "EndpointError",
+    "InvalidChatError",
     "JinjaChatTemplate",
     "ModelIdentity",
     "ModelPair",

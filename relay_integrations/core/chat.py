@@ -59,6 +59,8 @@ class ChatRequest:
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     request_hook: RequestHook | None = None
     """Extra fields per upstream request (``relay_integrations.testing.forcing``, ...)."""
+    generation_id: str | None = None
+    """Id of the generation upstream (session header, vLLM request ids); unique per turn."""
 
     def __post_init__(self) -> None:
         names = [tool_name(t) for t in self.tools]
@@ -159,6 +161,7 @@ async def stream_chat(switcher: RelaySwitcher, request: ChatRequest) -> AsyncIte
         stop=request.stop,
         answer_extra_body={"structured_outputs": constraint} if constraint else None,
         request_hook=request.request_hook,
+        generation_id=request.generation_id,
     ):
         if isinstance(event, TextDelta):
             if event.phase == "reasoning":

@@ -29,6 +29,10 @@ class RenderError(RelayError):
     """The chat messages could not be turned into a prompt."""
 
 
+class InvalidChatError(RenderError):
+    """The server's chat template refused these messages or tools (the caller's to fix)."""
+
+
 class EndpointError(RelayError):
     """An upstream endpoint failed (after retries) and the generation could not go on.
 

@@ -80,6 +80,7 @@ class Generation:
         self.seconds = {"large": 0.0, "small": 0.0}
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
+        self.requests_sent = 0
         self._releaser = self._new_releaser()
 
     @property
@@ -248,6 +249,7 @@ class Generation:
         body = dict(extra_body or {})
         if self.request_hook is not None:
             body.update(self.request_hook(role, self.phase, self.transcript))
+        self.requests_sent += 1
         return CompletionRequest(
             prompt=self.prompts[role].text + self.transcript,
             max_tokens=max_tokens,
@@ -257,7 +259,11 @@ class Generation:
             top_k=self.sampling.top_k,
             seed=self.sampling.seed,
             extra_body=body,
-            headers={self.config.session_header: self.id},
+            headers={
+                self.config.session_header: self.id,
+                # vLLM's own request id (its logs, its response ids): unique per request
+                "X-Request-Id": f"{self.id}-{self.requests_sent}",
+            },
         )
 
     def _release(self, role: ModelRole) -> list[TextDelta]:

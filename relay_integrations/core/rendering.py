@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import openai
 
 from .endpoint import Endpoint, UpstreamFailure
-from .errors import RenderError
+from .errors import InvalidChatError, RenderError
 
 Message = dict[str, Any]
 """A chat message in the OpenAI format (``role``, ``content``, ``tool_calls``, ...)."""
@@ -76,7 +76,7 @@ class ServerChatTemplate:
                     "it is not vLLM. Pass renderer=JinjaChatTemplate(<its chat template>)."
                 ) from None
             if isinstance(failure.cause, openai.BadRequestError):
-                raise RenderError(
+                raise InvalidChatError(
                     f"{endpoint.role} endpoint could not render the chat: {failure.cause.message}"
                 ) from None
             raise

@@ -98,13 +98,17 @@ class RelaySwitcher:
         stop: Sequence[str] = (),
         answer_extra_body: Mapping[str, Any] | None = None,
         request_hook: RequestHook | None = None,
+        generation_id: str | None = None,
     ) -> AsyncIterator[RelayEvent]:
         """Stream one generation as events: text deltas, finished segments, then the result.
 
         ``stop`` sequences apply to the answer only. ``answer_extra_body`` adds vLLM fields to
         the answer's request (e.g. ``structured_outputs`` for a forced JSON answer).
-        ``request_hook`` adds fields to every request. Raises :class:`EndpointError`, with the
-        partial result, when an endpoint fails beyond what the policy absorbs.
+        ``request_hook`` adds fields to every request. ``generation_id`` (unique; default
+        ``relay-<uuid>``) is sent upstream in the session header and, suffixed with a request
+        number, as ``X-Request-Id``, so vLLM's logs name the generation. Raises
+        :class:`EndpointError`, with the partial result, when an endpoint fails beyond what the
+        policy absorbs.
         """
         chat = ChatInput(list(messages), tools, dict(chat_template_kwargs or {}))
         large, small = await asyncio.gather(
@@ -121,7 +125,7 @@ class RelaySwitcher:
                 raise outcome
             prepared[role] = outcome
         run = Generation(
-            generation_id=f"relay-{uuid.uuid4().hex}",
+            generation_id=generation_id or f"relay-{uuid.uuid4().hex}",
             config=self.config,
             endpoints=self.endpoints,
             prompts={role: prompt for role, (prompt, _) in prepared.items()},

@@ -96,6 +96,20 @@ async def test_every_request_of_a_generation_carries_its_session_header() -> Non
     sessions = [h["x-session-id"] for h in large.headers + small.headers]
     assert set(sessions) == {first.generation_id, second.generation_id}
     assert sessions.count(first.generation_id) == len(sessions) // 2
+    # vLLM's request id: the generation's id and the request's number, unique per request
+    request_ids = [h["x-request-id"] for h in large.headers + small.headers]
+    assert len(set(request_ids)) == len(request_ids)
+    assert all(r.rsplit("-", 1)[0] in sessions for r in request_ids)
+
+
+async def test_a_caller_chosen_generation_id_goes_upstream() -> None:
+    large, small = ScriptedModel("large", TRACE), ScriptedModel("small", TRACE)
+    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
+        result = await relay.generate(MESSAGES, generation_id="chatcmpl-abc")
+    assert result.generation_id == "chatcmpl-abc"
+    assert {h["x-session-id"] for h in large.headers + small.headers} == {"chatcmpl-abc"}
+    request_ids = {h["x-request-id"] for h in large.headers + small.headers}
+    assert request_ids == {f"chatcmpl-abc-{n}" for n in range(1, 8)}  # 3 large + 4 small
 
 
 async def test_retries_honour_retry_after_then_succeed() -> None:

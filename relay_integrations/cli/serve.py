@@ -1,0 +1,87 @@
+"""``relaygen serve``: the relay as an OpenAI-compatible server (``relay-integrations[server]``).
+
+    relaygen serve --large-url http://gpu-a:8000/v1 --large-model Qwen/Qwen3-32B \\
+                   --small-url http://gpu-b:8000/v1 --small-model Qwen/Qwen3-1.7B \\
+                   --cues calibration/cues.json --port 9000 --api-key "$KEY"
+
+The endpoints also come from ``RELAY_LARGE__BASE_URL``, ... and the server's options from
+``RELAY_SERVER_<OPTION>`` (``RELAY_SERVER_PORT``, ``RELAY_SERVER_API_KEYS=k1,k2``).
+See docs/deployment.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..core.errors import RelayError
+from .options import add_relay_options, relay_config
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser("serve", help="serve the relay as an OpenAI-compatible API")
+    add_relay_options(parser)
+    parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port to listen on (default 8000)")
+    parser.add_argument(
+        "--served-model-name",
+        action="append",
+        dest="served_model_names",
+        help="a name clients may send as 'model' (repeatable; default: the large model's name "
+        "and LARGE+SMALL)",
+    )
+    parser.add_argument(
+        "--api-key",
+        action="append",
+        dest="api_keys",
+        help="a Bearer key clients must send (repeatable; default: none asked for)",
+    )
+    parser.add_argument("--max-concurrent-generations", type=int, help="beyond it: 429")
+    parser.add_argument("--retry-after", type=int, help="Retry-After seconds of a 429")
+    parser.add_argument("--max-body-bytes", type=int)
+    parser.add_argument("--max-messages", type=int)
+    parser.add_argument("--max-tokens-limit", type=int, help="largest max_tokens a client may ask")
+    parser.add_argument(
+        "--shutdown-timeout", type=int, help="seconds in-flight streams get at shutdown"
+    )
+    parser.add_argument("--log-format", choices=["json", "text"])
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from ..server import ServerSettings
+        from ..server.runner import serve
+    except ImportError as missing:
+        print(
+            f"relaygen serve needs the server extra ({missing.name} is missing): "
+            "pip install 'relay-integrations[server]'",
+            file=sys.stderr,
+        )
+        return 2
+    fields = (
+        "host",
+        "port",
+        "served_model_names",
+        "api_keys",
+        "max_concurrent_generations",
+        "retry_after",
+        "max_body_bytes",
+        "max_messages",
+        "max_tokens_limit",
+        "shutdown_timeout",
+        "log_format",
+        "log_level",
+    )
+    try:
+        config = relay_config(args)
+        settings = ServerSettings.from_env(**{name: getattr(args, name) for name in fields})
+        serve(config, settings)
+    except (ValidationError, RelayError) as exc:
+        print(f"relaygen serve: configuration error: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,342 @@
+"""The relay as an OpenAI-compatible HTTP server (Starlette), over one shared switcher.
+
+Routes: ``POST /v1/chat/completions`` (streamed or whole), ``GET /v1/models``, ``GET /health``
+(200 only when both upstream servers answer), ``GET /metrics`` (Prometheus). Clients choose the
+model name and the request, never the upstream servers. Run it with ``relaygen serve``, or
+build the app yourself (any ASGI server)::
+
+    server = RelayServer(RelayConfig.from_env(), ServerSettings.from_env())
+    app = server.app()  # uvicorn.run(app), hypercorn, ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..core.config import EndpointConfig, RelayConfig
+from ..core.cues import CueSet
+from ..core.generation import RequestHook
+from ..core.result import RelayResult
+from ..core.switcher import RelaySwitcher
+from .errors import ApiError
+from .generation import GenerationResponse
+from .logs import log, request_id
+from .metrics import RelayMetrics
+from .protocol import ChatCompletionRequest, parse_body
+from .responses import ResponseShaper
+from .settings import ServerSettings
+
+REQUEST_ID_HEADER = "x-request-id"
+ROUTES = ("/v1/chat/completions", "/v1/models", "/health", "/metrics")
+
+
+class RelayServer:
+    """State shared by all requests: the switcher, the limits, the metrics, the key check."""
+
+    def __init__(
+        self,
+        config: RelayConfig,
+        settings: ServerSettings | None = None,
+        *,
+        cues: CueSet | None = None,
+        request_hook: RequestHook | None = None,
+    ) -> None:
+        self.config = config
+        self.settings = settings or ServerSettings()
+        self.cues = cues if cues is not None else CueSet.load(config.cues)  # fails fast
+        self.request_hook = request_hook
+        self.metrics = RelayMetrics()
+        self.model_names = self.settings.served_model_names or [
+            config.large.model,
+            f"{config.large.model}+{config.small.model}",
+        ]
+        self.draining = False
+        self.inflight = 0
+        self._keys = [key.get_secret_value().encode() for key in self.settings.api_keys]
+        self._switcher: RelaySwitcher | None = None
+
+    @property
+    def switcher(self) -> RelaySwitcher:
+        if self._switcher is None:
+            raise RuntimeError("the relay server is not started (run the app with its lifespan)")
+        return self._switcher
+
+    def app(self) -> Starlette:
+        """The ASGI application."""
+        app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+                Route("/v1/models", self.models, methods=["GET"]),
+                Route("/health", self.health, methods=["GET"]),
+                Route("/metrics", self.metrics_text, methods=["GET"]),
+            ],
+            exception_handlers={
+                ApiError: _api_error_response,
+                HTTPException: _http_error_response,
+                Exception: _internal_error_response,
+            },
+            lifespan=self._lifespan,
+        )
+        app.add_middleware(RequestContext, server=self)
+        return app
+
+    @asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self._switcher = RelaySwitcher(self.config, cues=self.cues)
+        log.info(
+            "relay server started",
+            extra={
+                "fields": {
+                    "large": self.config.large.base_url,
+                    "small": self.config.small.base_url,
+                    "models": self.model_names,
+                    "cues": len(self.cues.cues),
+                }
+            },
+        )
+        try:
+            yield
+        finally:
+            await self._switcher.aclose()
+            self._switcher = None
+
+    # --- admission -------------------------------------------------------------------------
+
+    def admit(self) -> bool:
+        """Take a generation slot, if one is free (no queue: the caller answers 429)."""
+        if self.inflight >= self.settings.max_concurrent_generations:
+            self.metrics.rejected.inc()
+            return False
+        self.inflight += 1
+        self.metrics.inflight.set(self.inflight)
+        return True
+
+    def release(self, result: RelayResult | None) -> None:
+        """Give the slot back; record what the generation did (also a partial one)."""
+        self.inflight -= 1
+        self.metrics.inflight.set(self.inflight)
+        if result is not None:
+            self.metrics.observe(result)
+            log.info("generation done", extra={"fields": _result_fields(result)})
+
+    def busy_error(self) -> ApiError:
+        return ApiError(
+            429,
+            f"the relay is running its limit of {self.settings.max_concurrent_generations} "
+            f"generations; retry in {self.settings.retry_after} s",
+            code="too_many_generations",
+            headers={"Retry-After": str(self.settings.retry_after)},
+        )
+
+    def authorize(self, authorization: str | None) -> None:
+        """Check a Bearer key in constant time (each configured key is compared in full)."""
+        if not self._keys:
+            return
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise ApiError(
+                401,
+                "missing API key: send the header 'Authorization: Bearer <key>'",
+                code="invalid_api_key",
+            )
+        presented = token.strip().encode()
+        matched = False
+        for key in self._keys:
+            matched |= hmac.compare_digest(presented, key)
+        if not matched:
+            raise ApiError(401, "incorrect API key", code="invalid_api_key")
+
+    # --- routes ----------------------------------------------------------------------------
+
+    async def chat_completions(self, request: Request) -> Response | GenerationResponse:
+        if self.draining:
+            raise ApiError(503, "the relay is shutting down; retry on another replica")
+        body = ChatCompletionRequest.of(parse_body(await self._body(request)), self.settings)
+        if body.model not in self.model_names:
+            raise ApiError(
+                404,
+                f"the model {body.model!r} does not exist on this server; it serves "
+                f"{self.model_names}",
+                param="model",
+                code="model_not_found",
+            )
+        generation_id = _generation_id(request.scope["state"]["request_id"], request)
+        turn = body.chat_request(self.config.sampling, generation_id, self.request_hook)
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return GenerationResponse(
+            self,
+            turn,
+            ResponseShaper(id=generation_id, model=body.model),
+            stream=body.stream,
+            include_usage=include_usage,
+        )
+
+    async def models(self, request: Request) -> Response:
+        info = await self.switcher.endpoints["large"].model_info()
+        created = int(time.time())
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "created": created,
+                "owned_by": "relay_integrations",
+                "root": info.root or info.id,
+                "max_model_len": info.max_model_len,
+            }
+            for name in self.model_names
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def health(self, request: Request) -> Response:
+        """200 when both upstream servers answer ``/v1/models``; 503 with the reason if not."""
+        if self.draining:
+            return JSONResponse({"status": "draining"}, status_code=503)
+        large, small = await asyncio.gather(
+            self._probe(self.config.large), self._probe(self.config.small)
+        )
+        ready = large == small == "ok"
+        return JSONResponse(
+            {"status": "ok" if ready else "unavailable", "large": large, "small": small},
+            status_code=200 if ready else 503,
+        )
+
+    async def metrics_text(self, request: Request) -> Response:
+        body, content_type = self.metrics.render()
+        return Response(body, media_type=content_type)
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    async def _body(self, request: Request) -> bytes:
+        """The request body, refused with 413 as soon as it passes the size limit."""
+        limit = self.settings.max_body_bytes
+        too_large = ApiError(413, f"the request body is larger than {limit} bytes")
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise too_large
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _probe(self, endpoint: EndpointConfig) -> str:
+        headers = {}
+        if endpoint.api_key is not None:
+            headers["Authorization"] = f"Bearer {endpoint.api_key.get_secret_value()}"
+        url = f"{endpoint.base_url.rstrip('/')}/models"
+        try:
+            async with httpx.AsyncClient(timeout=self.settings.health_timeout) as client:
+                answer = await client.get(url, headers=headers)
+        except httpx.HTTPError as failed:
+            return f"unreachable: {type(failed).__name__}"
+        return "ok" if answer.status_code == 200 else f"answered {answer.status_code}"
+
+
+class RequestContext:
+    """ASGI middleware: request id, API key check, one log line and one count per request."""
+
+    def __init__(self, app: ASGIApp, server: RelayServer) -> None:
+        self.app = app
+        self.server = server
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        rid = headers.get(REQUEST_ID_HEADER) or uuid.uuid4().hex
+        token = request_id.set(rid)
+        scope.setdefault("state", {})["request_id"] = rid
+        path = scope["path"] if scope["path"] in ROUTES else "other"
+        started, status = time.perf_counter(), 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = [
+                    *message["headers"],
+                    (REQUEST_ID_HEADER.encode(), rid.encode("latin-1")),
+                ]
+            await send(message)
+
+        try:
+            if scope["path"].startswith("/v1/"):
+                try:
+                    self.server.authorize(headers.get("authorization"))
+                except ApiError as refused:
+                    await refused.response()(scope, receive, send_with_id)
+                    return
+            await self.app(scope, receive, send_with_id)
+        finally:
+            self.server.metrics.requests.labels(path, str(status)).inc()
+            if path != "/metrics" and path != "/health":
+                log.info(
+                    "request",
+                    extra={
+                        "fields": {
+                            "method": scope["method"],
+                            "path": scope["path"],
+                            "status": status,
+                            "seconds": round(time.perf_counter() - started, 4),
+                        }
+                    },
+                )
+            request_id.reset(token)
+
+
+def _generation_id(rid: str, request: Request) -> str:
+    """The upstream id: the request id we made, or the client's plus a unique suffix."""
+    if REQUEST_ID_HEADER in request.headers:
+        return f"chatcmpl-{rid}-{uuid.uuid4().hex[:8]}"
+    return f"chatcmpl-{rid}"
+
+
+def _result_fields(result: RelayResult) -> dict[str, Any]:
+    return {
+        "generation_id": result.generation_id,
+        "finish_reason": result.finish_reason,
+        "large_share": round(result.stats.large_share, 4),
+        "switches": result.stats.switches,
+        "prompt_tokens": result.prompt_tokens,
+        "cached_tokens": result.cached_tokens,
+        "completion_tokens": result.completion_tokens,
+        "seconds": round(result.stats.total_seconds, 4),
+    }
+
+
+async def _api_error_response(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return exc.response()
+
+
+async def _http_error_response(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        return ApiError(404, f"no route {request.url.path}", code="not_found").response()
+    if exc.status_code == 405:
+        message = f"{request.method} is not allowed on {request.url.path}"
+        return ApiError(405, message, code="method_not_allowed").response()
+    return ApiError(exc.status_code, str(exc.detail)).response()
+
+
+async def _internal_error_response(request: Request, exc: Exception) -> Response:
+    log.error("unhandled error", exc_info=exc)
+    return ApiError(500, f"internal error: {type(exc).__name__}", code="internal_error").response()

@@ -1,0 +1,169 @@
+"""One chat completion on the relay, as an ASGI response that owns its generation.
+
+The response runs the generation in a task and listens to the client at the same time: a
+client that disconnects cancels the task, which closes the upstream streams, and vLLM aborts
+those requests. A slot of the concurrency limit is held exactly as long as the task runs::
+
+    return GenerationResponse(server, request, shaper, stream=True)
+
+Failures after the stream has started cannot change the status code; they arrive as an
+OpenAI-shaped ``{"error": ...}`` event before ``[DONE]`` (the ``openai`` SDKs raise it), after
+all the text produced before the failure, so nothing already written is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+import openai
+from starlette.types import Receive, Scope, Send
+
+from ..core.chat import ChatRequest, ChatResponse, stream_chat
+from ..core.errors import CueArtifactError, EndpointError, InvalidChatError, ServerSetupError
+from ..core.result import RelayResult
+from .errors import ApiError
+from .logs import log
+from .responses import ResponseShaper
+
+if TYPE_CHECKING:
+    from .app import RelayServer
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),  # nginx: pass events on as they come
+]
+
+
+class GenerationResponse:
+    """The ASGI response of one chat completion, streamed (SSE) or whole (JSON)."""
+
+    def __init__(
+        self,
+        server: RelayServer,
+        request: ChatRequest,
+        shaper: ResponseShaper,
+        *,
+        stream: bool,
+        include_usage: bool = False,
+    ) -> None:
+        self.server = server
+        self.request = request
+        self.shaper = shaper
+        self.stream = stream
+        self.include_usage = include_usage
+        self.result: RelayResult | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        server = self.server
+        if not server.admit():
+            await server.busy_error().response()(scope, receive, send)
+            return
+        try:
+            work = self._stream(send) if self.stream else self._whole(send)
+            await _until_disconnect(work, receive)
+        finally:
+            server.release(self.result)
+
+    async def _whole(self, send: Send) -> None:
+        try:
+            response = await self._respond()
+            status, body, headers = 200, self.shaper.completion(response), {}
+        except ApiError as error:
+            status, body, headers = error.status, error.body(), error.headers
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json")]
+                + [(k.encode(), v.encode()) for k, v in headers.items()],
+            }
+        )
+        await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+
+    async def _stream(self, send: Send) -> None:
+        async def event(data: dict[str, Any] | str) -> None:
+            text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+            body = f"data: {text}\n\n".encode()
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        await event(self.shaper.first_chunk())
+        try:
+            async for chat_event in stream_chat(self.server.switcher, self.request):
+                if isinstance(chat_event, ChatResponse):
+                    self.result = chat_event.result
+                    await event(self.shaper.final_chunk(chat_event))
+                    if self.include_usage:
+                        await event(self.shaper.usage_chunk(chat_event))
+                else:
+                    await event(self.shaper.chunk(chat_event))
+        except Exception as failure:  # after the 200: the error travels as an event
+            error = self._api_error(failure)
+            await event(error.body())
+        await event("[DONE]")
+        await send({"type": "http.response.body", "body": b""})
+
+    async def _respond(self) -> ChatResponse:
+        try:
+            async for chat_event in stream_chat(self.server.switcher, self.request):
+                if isinstance(chat_event, ChatResponse):
+                    self.result = chat_event.result
+                    return chat_event
+        except Exception as failure:
+            raise self._api_error(failure) from failure
+        raise AssertionError("a chat stream always ends with its response")
+
+    def _api_error(self, failure: Exception) -> ApiError:
+        """The client's view of a failed generation; its partial result is kept and sent."""
+        if isinstance(failure, ApiError):
+            return failure
+        if isinstance(failure, EndpointError) and failure.partial is not None:
+            self.result = failure.partial
+        error = upstream_error(failure)
+        self.server.metrics.errors.labels(error.code or error.kind).inc()
+        if error.status >= 500:
+            log.warning(
+                "generation failed", exc_info=failure, extra={"fields": {"status": error.status}}
+            )
+        if self.result is not None and isinstance(failure, EndpointError):
+            error.extra["relay"] = {"partial": self.result.model_dump(mode="json")}
+        return error
+
+
+def upstream_error(failure: Exception) -> ApiError:
+    """The status and message a client gets for a failure of the relay or its upstreams."""
+    if isinstance(failure, InvalidChatError):
+        return ApiError(400, str(failure), param="messages", code="invalid_chat")
+    if isinstance(failure, (CueArtifactError, ServerSetupError)):
+        return ApiError(500, f"relay misconfigured: {failure}", code="relay_misconfigured")
+    if isinstance(failure, EndpointError):
+        cause = getattr(failure.__cause__, "cause", None)
+        if isinstance(cause, openai.BadRequestError):
+            return ApiError(400, str(failure), code="upstream_rejected_request")
+        if isinstance(cause, openai.APITimeoutError):
+            return ApiError(504, f"{failure} (upstream timed out)", code="upstream_timeout")
+        return ApiError(502, str(failure), code="upstream_failed")
+    return ApiError(500, f"internal error: {type(failure).__name__}", code="internal_error")
+
+
+async def _until_disconnect(work: Awaitable[None], receive: Receive) -> None:
+    """Run `work`; a client that disconnects first cancels it (and its upstream requests)."""
+    task = asyncio.ensure_future(work)
+    listener = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait({task, listener}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (task, listener):
+            pending.cancel()
+        await asyncio.gather(task, listener, return_exceptions=True)
+    if not task.cancelled() and task.exception() is not None:
+        raise task.exception()  # type: ignore[misc]
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

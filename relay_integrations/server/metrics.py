@@ -1,0 +1,98 @@
+"""Prometheus metrics of the relay server, on its own registry (one per app)::
+
+metrics = RelayMetrics()
+metrics.observe(result)               # tokens, share, switches, segment and total times
+body, content_type = metrics.render()  # GET /metrics
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from ..core.result import RelayResult
+
+_SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 3600)
+_SHARES = tuple(i / 10 for i in range(1, 11))
+
+
+class RelayMetrics:
+    """Requests, errors, tokens per model, large-model share, switches, latencies, in flight."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "relay_requests", "HTTP requests by path and status", ["path", "status"], registry=r
+        )
+        self.errors = Counter(
+            "relay_errors",
+            "Failed generations and refused requests by kind",
+            ["kind"],
+            registry=r,
+        )
+        self.rejected = Counter(
+            "relay_rejected", "Requests refused with 429 at the concurrency limit", registry=r
+        )
+        self.tokens = Counter(
+            "relay_tokens",
+            "Tokens per model; kind is prompt, cached (of prompt) or completion",
+            ["model", "kind"],
+            registry=r,
+        )
+        self.large_share = Histogram(
+            "relay_large_share",
+            "Share of a generation's tokens written by the large model",
+            buckets=_SHARES,
+            registry=r,
+        )
+        self.switches = Counter(
+            "relay_switches", "Hand-offs of the reasoning to the small model", registry=r
+        )
+        self.segment_seconds = Histogram(
+            "relay_segment_seconds",
+            "Wall time of one segment (one model writing without interruption)",
+            ["model", "phase"],
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.generation_seconds = Histogram(
+            "relay_generation_seconds",
+            "End-to-end time of a generation",
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.first_token_seconds = Histogram(
+            "relay_time_to_first_token_seconds",
+            "Time to the first streamed text of a generation",
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.inflight = Gauge(
+            "relay_inflight_generations", "Generations being written now", registry=r
+        )
+
+    def observe(self, result: RelayResult) -> None:
+        """Record a finished (or partial) generation."""
+        for role, used in result.usage.items():
+            self.tokens.labels(role, "prompt").inc(used.prompt_tokens)
+            self.tokens.labels(role, "cached").inc(used.cached_tokens)
+            self.tokens.labels(role, "completion").inc(used.completion_tokens)
+        if result.completion_tokens:
+            self.large_share.observe(result.stats.large_share)
+        self.switches.inc(result.stats.switches)
+        for segment in result.segments:
+            self.segment_seconds.labels(segment.model, segment.phase).observe(segment.seconds)
+        self.generation_seconds.observe(result.stats.total_seconds)
+        if result.stats.time_to_first_token is not None:
+            self.first_token_seconds.observe(result.stats.time_to_first_token)
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition text and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,131 @@
+"""The response side: relay chat events as OpenAI ``chat.completion`` objects and chunks.
+
+Reasoning goes in ``reasoning`` and, for clients written before vLLM renamed it,
+``reasoning_content``; the answer in ``content``; tool calls in ``tool_calls``. The relay's
+own figures (large-model share, switches, per-model usage) ride along in an extra ``relay``
+field, which OpenAI clients keep in ``model_extra``::
+
+    shaper = ResponseShaper(id="chatcmpl-...", model="Qwen/Qwen3-32B")
+    shaper.chunk(ReasoningDelta("Let me see", "large"))  # {"object": "chat.completion.chunk", ...}
+    shaper.completion(response)                         # {"object": "chat.completion", ...}
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.chat import ChatResponse, ContentDelta, ReasoningDelta, ToolCallDelta
+from ..core.result import RelayResult
+from ..core.tool_calls import InvalidToolCall, ToolCall
+
+
+def usage(result: RelayResult) -> dict[str, Any]:
+    """OpenAI usage over both models and all their requests (each request's prompt counts).
+
+    ``cached_tokens`` are the prompt tokens the servers' prefix caches served: most of each
+    request's prompt after the first, since every switch re-sends the transcript.
+    """
+    return {
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "total_tokens": result.prompt_tokens + result.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": result.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": result.reasoning_tokens},
+    }
+
+
+def tool_call(call: ToolCall | InvalidToolCall) -> dict[str, Any]:
+    """An OpenAI tool call; an unreadable one passes its raw text on as the arguments."""
+    arguments = (
+        json.dumps(call.arguments, ensure_ascii=False) if isinstance(call, ToolCall) else call.text
+    )
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name or "", "arguments": arguments},
+    }
+
+
+@dataclass
+class ResponseShaper:
+    """Builds the objects of one response, all with the same id, model and creation time."""
+
+    id: str
+    model: str
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def completion(self, response: ChatResponse) -> dict[str, Any]:
+        """The whole answer as a ``chat.completion`` object."""
+        message: dict[str, Any] = {"role": "assistant", "content": response.content or None}
+        if response.reasoning:
+            message["reasoning"] = message["reasoning_content"] = response.reasoning
+        if response.tool_calls:
+            message["tool_calls"] = [tool_call(call) for call in response.tool_calls]
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": response.finish_reason,
+                    "logprobs": None,
+                }
+            ],
+            "usage": usage(response.result),
+            "relay": _relay_fields(response),
+        }
+
+    def first_chunk(self) -> dict[str, Any]:
+        """The chunk that opens a stream: the assistant's role, no text yet."""
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def chunk(self, event: ReasoningDelta | ContentDelta | ToolCallDelta) -> dict[str, Any]:
+        """One streamed delta."""
+        if isinstance(event, ReasoningDelta):
+            return self._chunk({"reasoning": event.text, "reasoning_content": event.text})
+        if isinstance(event, ContentDelta):
+            return self._chunk({"content": event.text})
+        return self._chunk({"tool_calls": [{"index": event.index, **tool_call(event.call)}]})
+
+    def final_chunk(self, response: ChatResponse) -> dict[str, Any]:
+        """The chunk with the finish reason and the relay's figures."""
+        chunk = self._chunk({}, finish_reason=response.finish_reason)
+        chunk["relay"] = _relay_fields(response)
+        return chunk
+
+    def usage_chunk(self, response: ChatResponse) -> dict[str, Any]:
+        """The last chunk when ``stream_options.include_usage``: no choices, the usage."""
+        chunk = self._chunk(None)
+        chunk["usage"] = usage(response.result)
+        return chunk
+
+    def _chunk(
+        self, delta: dict[str, Any] | None, finish_reason: str | None = None
+    ) -> dict[str, Any]:
+        choices = (
+            []
+            if delta is None
+            else [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]
+        )
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+
+
+def _relay_fields(response: ChatResponse) -> dict[str, Any]:
+    fields = response.result.summary()
+    if response.invalid_tool_calls:
+        fields["invalid_tool_calls"] = [
+            {**tool_call(call), "error": call.error} for call in response.invalid_tool_calls
+        ]
+    return fields

@@ -1,0 +1,70 @@
+"""Settings of ``relaygen serve``: who may call, how much, and how the server runs.
+
+The relay itself (endpoints, cues, policy, sampling) is a :class:`RelayConfig`; these are the
+HTTP server's own settings. Each field also comes from ``RELAY_SERVER_<FIELD>``
+(``RELAY_SERVER_PORT=9000``, ``RELAY_SERVER_API_KEYS=key1,key2``)::
+
+    settings = ServerSettings.from_env(port=9000)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+ENV_PREFIX = "RELAY_SERVER_"
+
+
+class ServerSettings(BaseModel):
+    """The HTTP face of the relay."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    served_model_names: list[str] = Field(
+        default_factory=list,
+        description="Names clients may send as 'model' (default: the large model's name and "
+        "'LARGE+SMALL')",
+    )
+    api_keys: list[SecretStr] = Field(
+        default_factory=list,
+        description="Bearer keys clients must send to /v1/*; none: no key is asked for",
+    )
+    max_concurrent_generations: int = Field(
+        default=256, ge=1, description="Generations in flight; one more is refused with 429"
+    )
+    retry_after: int = Field(default=1, ge=0, description="Retry-After seconds of a 429")
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    max_messages: int = Field(default=1024, ge=1)
+    max_tokens_limit: int = Field(
+        default=32768, ge=1, description="The largest max_tokens a request may ask for"
+    )
+    shutdown_timeout: int = Field(
+        default=30,
+        ge=0,
+        description="On SIGTERM: seconds in-flight streams may take to finish before they are "
+        "cut (and their upstream requests cancelled)",
+    )
+    health_timeout: float = Field(
+        default=5.0, gt=0, description="Seconds each upstream has to answer a health check"
+    )
+    log_format: Literal["json", "text"] = "json"
+    log_level: str = "info"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ServerSettings:
+        """``RELAY_SERVER_*`` variables, then keyword overrides (those that are not None)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name, field in cls.model_fields.items():
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is None:
+                continue
+            is_list = "list" in str(field.annotation)
+            values[name] = [v.strip() for v in raw.split(",") if v.strip()] if is_list else raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.model_validate(values)
