@@ -1,0 +1,223 @@
+"""``relaygen serve`` in front of the real vLLM servers (tiny random Qwen3 models, outputs
+forced by structured outputs), called by the official ``openai`` client (sync and async,
+streamed and not) and by LangChain's ``ChatOpenAI``, as an application would."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+from langchain_openai import ChatOpenAI
+
+from relay_integrations.core import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
+from relay_integrations.core.generation import RequestHook
+from relay_integrations.server import RelayServer
+from relay_integrations.testing import forcing
+from tests.fakes.relay_http import ServedRelay, relay_http
+
+from .conftest import Server, running_requests
+
+pytestmark = pytest.mark.vllm
+
+REASONING = "Let me add them. Therefore, the sum is 4. Now we check it."
+TRACE = f"<think>\n{REASONING}\n</think>\n\nThe answer is 4."
+LONG_CHAT = [  # over one 128-token cache block, so later segments hit the prefix cache
+    {"role": "system", "content": "You are a careful assistant who checks every step. " * 20},
+    {"role": "user", "content": "What is 2 + 2?"},
+]
+MODEL = "qwen3-large"
+
+
+def relay_server(large: Server, small: Server, hook: RequestHook | None) -> RelayServer:
+    config = RelayConfig(
+        large=EndpointConfig(base_url=large.url, model=large.large_model),
+        small=EndpointConfig(base_url=small.url, model=small.small_model),
+        cues=["Therefore,", "Now"],
+        policy=SwitchPolicy(cooldown_tokens=0),
+        sampling=SamplingConfig(max_tokens=300),
+    )
+    return RelayServer(config, request_hook=hook)
+
+
+@pytest.fixture(scope="module")
+def forced(qwen_large: Server, qwen_small: Server) -> Iterator[ServedRelay]:
+    """A relay server whose generations write TRACE."""
+    with relay_http(relay_server(qwen_large, qwen_small, forcing(TRACE))) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def reasoning_forced(qwen_large: Server, qwen_small: Server) -> Iterator[ServedRelay]:
+    """Only the reasoning is forced; the answer is the model's, as constrained by the request."""
+    hook = forcing(f"<think>\n{REASONING}\n</think>\n\n", answer=False)
+    with relay_http(relay_server(qwen_large, qwen_small, hook)) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def free(qwen_large: Server, qwen_small: Server) -> Iterator[ServedRelay]:
+    """Nothing forced: the tiny models write random text until the budget runs out."""
+    with relay_http(relay_server(qwen_large, qwen_small, None)) as served:
+        yield served
+
+
+def test_sync_client_gets_reasoning_answer_usage_and_relay_stats(forced: ServedRelay) -> None:
+    client = openai.OpenAI(base_url=forced.base_url, api_key="unused")
+    completion = client.chat.completions.create(model=MODEL, messages=LONG_CHAT)  # type: ignore[arg-type]
+    message = completion.choices[0].message
+    assert message.content == "The answer is 4."
+    extra = message.model_extra or {}
+    assert extra["reasoning"] == extra["reasoning_content"] == REASONING
+    assert completion.choices[0].finish_reason == "stop"
+    relay = (completion.model_extra or {})["relay"]
+    assert relay["switches"] == 2 and 0 < relay["large_share"] < 1
+    usage = completion.usage
+    assert usage is not None
+    per_model = relay["usage"].values()
+    assert usage.prompt_tokens == sum(u["prompt_tokens"] for u in per_model)
+    assert usage.completion_tokens == sum(u["completion_tokens"] for u in per_model)
+    assert usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens == sum(u["cached_tokens"] for u in per_model)
+    assert usage.prompt_tokens_details.cached_tokens > 0  # later segments reuse the prefix
+    assert usage.completion_tokens_details is not None
+    assert 0 < (usage.completion_tokens_details.reasoning_tokens or 0) < usage.completion_tokens
+
+
+def test_sync_stream_sends_reasoning_then_answer_then_usage(forced: ServedRelay) -> None:
+    client = openai.OpenAI(base_url=forced.base_url, api_key="unused")
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=LONG_CHAT,  # type: ignore[arg-type]
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    reasoning, content, kinds, finish, relay, usage = "", "", [], None, None, None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+            assert chunk.choices == []
+            kinds.append("usage")
+            continue
+        delta = chunk.choices[0].delta
+        extra = delta.model_extra or {}
+        if extra.get("reasoning"):
+            assert extra["reasoning_content"] == extra["reasoning"]
+            reasoning += extra["reasoning"]
+            kinds.append("reasoning")
+        if delta.content:
+            content += delta.content
+            kinds.append("text")
+        if chunk.choices[0].finish_reason:
+            finish = chunk.choices[0].finish_reason
+            relay = (chunk.model_extra or {})["relay"]
+    assert (reasoning, content, finish) == (REASONING, "The answer is 4.", "stop")
+    assert kinds.index("text") > max(i for i, k in enumerate(kinds) if k == "reasoning")
+    assert kinds[-1] == "usage" and kinds.count("usage") == 1
+    assert relay is not None and relay["switches"] == 2
+    assert usage is not None and usage.completion_tokens == sum(
+        u["completion_tokens"] for u in relay["usage"].values()
+    )
+
+
+async def test_async_client_streamed_and_whole_agree(forced: ServedRelay) -> None:
+    client = openai.AsyncOpenAI(base_url=forced.base_url, api_key="unused")
+    whole = await client.chat.completions.create(model=MODEL, messages=LONG_CHAT)  # type: ignore[arg-type]
+    stream = await client.chat.completions.create(model=MODEL, messages=LONG_CHAT, stream=True)  # type: ignore[arg-type]
+    pieces = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+    assert "".join(pieces) == whole.choices[0].message.content == "The answer is 4."
+    # concurrent requests share the server and its upstream connections
+    answers = await asyncio.gather(
+        *(client.chat.completions.create(model=MODEL, messages=LONG_CHAT) for _ in range(3))  # type: ignore[arg-type]
+    )
+    assert {a.choices[0].message.content for a in answers} == {"The answer is 4."}
+    await client.close()
+
+
+def test_langchain_chat_openai_pointed_at_the_relay(forced: ServedRelay) -> None:
+    llm = ChatOpenAI(base_url=forced.base_url, api_key="unused", model=MODEL)  # type: ignore[arg-type]
+    message = llm.invoke([(m["role"], m["content"]) for m in LONG_CHAT])
+    assert message.content == "The answer is 4."
+    assert message.usage_metadata is not None
+    assert message.usage_metadata["input_token_details"].get("cache_read", 0) > 0
+    streamed = "".join(str(chunk.content) for chunk in llm.stream("What is 2 + 2?"))
+    assert streamed == "The answer is 4."
+
+
+def test_a_forced_tool_call_is_constrained_by_vllm(reasoning_forced: ServedRelay) -> None:
+    client = openai.OpenAI(base_url=reasoning_forced.base_url, api_key="unused")
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "set_light",
+            "description": "Switch the light on or off.",
+            "parameters": {
+                "type": "object",
+                "properties": {"on": {"type": "boolean"}},
+                "required": ["on"],
+            },
+        },
+    }
+    completion = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Turn the light on."}],
+        tools=[tool],  # type: ignore[list-item]
+        tool_choice="required",
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls or []
+    assert call.function.name == "set_light"  # type: ignore[union-attr]
+    arguments = json.loads(call.function.arguments)  # type: ignore[union-attr]
+    assert set(arguments) == {"on"} and isinstance(arguments["on"], bool)
+
+
+def test_a_json_schema_answer_is_valid_by_construction(reasoning_forced: ServedRelay) -> None:
+    client = openai.OpenAI(base_url=reasoning_forced.base_url, api_key="unused")
+    schema = {
+        "type": "object",
+        "properties": {"sum": {"type": "integer"}, "checked": {"type": "boolean"}},
+        "required": ["sum", "checked"],
+        "additionalProperties": False,
+    }
+    completion = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "What is 2 + 2?"}],
+        response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema}},
+        max_tokens=200,
+    )
+    answer = json.loads(completion.choices[0].message.content or "")
+    assert set(answer) == {"sum", "checked"}
+    assert isinstance(answer["sum"], int) and isinstance(answer["checked"], bool)
+    assert (completion.choices[0].message.model_extra or {})["reasoning"] == REASONING
+
+
+async def test_a_client_that_disconnects_cancels_the_vllm_request(
+    free: ServedRelay, qwen_large: Server
+) -> None:
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Write a long story."}],
+        "stream": True,
+        "max_tokens": 4000,
+    }
+    async with (
+        httpx.AsyncClient(timeout=60) as client,
+        client.stream("POST", f"{free.base_url}/chat/completions", json=body) as response,
+    ):
+        assert response.status_code == 200
+        lines = 0
+        async for line in response.aiter_lines():
+            lines += line.startswith("data: ")
+            if lines == 5:
+                assert await running_requests(qwen_large.root) == 1
+                break  # leaving the block closes the connection
+    for _ in range(100):
+        if await running_requests(qwen_large.root) == 0 and free.relay.inflight == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert await running_requests(qwen_large.root) == 0  # vLLM aborted the request
+    assert free.relay.inflight == 0
