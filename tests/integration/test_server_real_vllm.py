@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
 import pytest
 from langchain_openai import ChatOpenAI
+from pydantic import SecretStr
 
 from relay_integrations.core import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
 from relay_integrations.core.generation import RequestHook
@@ -43,6 +45,11 @@ def relay_server(large: Server, small: Server, hook: RequestHook | None) -> Rela
     return RelayServer(config, request_hook=hook)
 
 
+def sync_client(served: ServedRelay) -> Any:
+    """The official client, untyped here: the tests send plain dicts, as applications do."""
+    return openai.OpenAI(base_url=served.base_url, api_key="unused")
+
+
 @pytest.fixture(scope="module")
 def forced(qwen_large: Server, qwen_small: Server) -> Iterator[ServedRelay]:
     """A relay server whose generations write TRACE."""
@@ -66,8 +73,8 @@ def free(qwen_large: Server, qwen_small: Server) -> Iterator[ServedRelay]:
 
 
 def test_sync_client_gets_reasoning_answer_usage_and_relay_stats(forced: ServedRelay) -> None:
-    client = openai.OpenAI(base_url=forced.base_url, api_key="unused")
-    completion = client.chat.completions.create(model=MODEL, messages=LONG_CHAT)  # type: ignore[arg-type]
+    client = sync_client(forced)
+    completion = client.chat.completions.create(model=MODEL, messages=LONG_CHAT)
     message = completion.choices[0].message
     assert message.content == "The answer is 4."
     extra = message.model_extra or {}
@@ -88,10 +95,10 @@ def test_sync_client_gets_reasoning_answer_usage_and_relay_stats(forced: ServedR
 
 
 def test_sync_stream_sends_reasoning_then_answer_then_usage(forced: ServedRelay) -> None:
-    client = openai.OpenAI(base_url=forced.base_url, api_key="unused")
+    client = sync_client(forced)
     stream = client.chat.completions.create(
         model=MODEL,
-        messages=LONG_CHAT,  # type: ignore[arg-type]
+        messages=LONG_CHAT,
         stream=True,
         stream_options={"include_usage": True},
     )
@@ -124,21 +131,21 @@ def test_sync_stream_sends_reasoning_then_answer_then_usage(forced: ServedRelay)
 
 
 async def test_async_client_streamed_and_whole_agree(forced: ServedRelay) -> None:
-    client = openai.AsyncOpenAI(base_url=forced.base_url, api_key="unused")
-    whole = await client.chat.completions.create(model=MODEL, messages=LONG_CHAT)  # type: ignore[arg-type]
-    stream = await client.chat.completions.create(model=MODEL, messages=LONG_CHAT, stream=True)  # type: ignore[arg-type]
+    client: Any = openai.AsyncOpenAI(base_url=forced.base_url, api_key="unused")
+    whole = await client.chat.completions.create(model=MODEL, messages=LONG_CHAT)
+    stream = await client.chat.completions.create(model=MODEL, messages=LONG_CHAT, stream=True)
     pieces = [c.choices[0].delta.content or "" async for c in stream if c.choices]
     assert "".join(pieces) == whole.choices[0].message.content == "The answer is 4."
     # concurrent requests share the server and its upstream connections
     answers = await asyncio.gather(
-        *(client.chat.completions.create(model=MODEL, messages=LONG_CHAT) for _ in range(3))  # type: ignore[arg-type]
+        *(client.chat.completions.create(model=MODEL, messages=LONG_CHAT) for _ in range(3))
     )
     assert {a.choices[0].message.content for a in answers} == {"The answer is 4."}
     await client.close()
 
 
 def test_langchain_chat_openai_pointed_at_the_relay(forced: ServedRelay) -> None:
-    llm = ChatOpenAI(base_url=forced.base_url, api_key="unused", model=MODEL)  # type: ignore[arg-type]
+    llm = ChatOpenAI(base_url=forced.base_url, api_key=SecretStr("unused"), model=MODEL)
     message = llm.invoke([(m["role"], m["content"]) for m in LONG_CHAT])
     assert message.content == "The answer is 4."
     assert message.usage_metadata is not None
@@ -148,7 +155,7 @@ def test_langchain_chat_openai_pointed_at_the_relay(forced: ServedRelay) -> None
 
 
 def test_a_forced_tool_call_is_constrained_by_vllm(reasoning_forced: ServedRelay) -> None:
-    client = openai.OpenAI(base_url=reasoning_forced.base_url, api_key="unused")
+    client = sync_client(reasoning_forced)
     tool = {
         "type": "function",
         "function": {
@@ -164,19 +171,19 @@ def test_a_forced_tool_call_is_constrained_by_vllm(reasoning_forced: ServedRelay
     completion = client.chat.completions.create(
         model=MODEL,
         messages=[{"role": "user", "content": "Turn the light on."}],
-        tools=[tool],  # type: ignore[list-item]
+        tools=[tool],
         tool_choice="required",
     )
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls"
     (call,) = choice.message.tool_calls or []
-    assert call.function.name == "set_light"  # type: ignore[union-attr]
-    arguments = json.loads(call.function.arguments)  # type: ignore[union-attr]
+    assert call.function.name == "set_light"
+    arguments = json.loads(call.function.arguments)
     assert set(arguments) == {"on"} and isinstance(arguments["on"], bool)
 
 
 def test_a_json_schema_answer_is_valid_by_construction(reasoning_forced: ServedRelay) -> None:
-    client = openai.OpenAI(base_url=reasoning_forced.base_url, api_key="unused")
+    client = sync_client(reasoning_forced)
     schema = {
         "type": "object",
         "properties": {"sum": {"type": "integer"}, "checked": {"type": "boolean"}},
