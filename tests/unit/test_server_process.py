@@ -1,0 +1,168 @@
+"""``relaygen serve`` as a process, as it is deployed: configured from the environment, logging
+JSON lines, and shutting down gracefully on SIGTERM (against the scripted upstream)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fakes.capable_model import CAPABLE_CUES, capable_server
+from tests.fakes.scripted_vllm import ScriptedVLLM
+from tests.fakes.threaded import serving
+
+QUESTION = {"role": "user", "content": "What is 7 * 6?"}
+EXITED_ON_SIGTERM = (0, -signal.SIGTERM)  # uvicorn re-raises the signal after its shutdown
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def relaygen_serve(
+    upstream: ScriptedVLLM, *args: str
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``relaygen serve`` on a free port, endpoints from RELAY_* variables; yields (process, url)."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "RELAY_LARGE__BASE_URL": upstream.base_url,
+        "RELAY_LARGE__MODEL": "large",
+        "RELAY_SMALL__BASE_URL": upstream.base_url,
+        "RELAY_SMALL__MODEL": "small",
+        "RELAY_CUES": json.dumps(CAPABLE_CUES),
+        "RELAY_POLICY__COOLDOWN_TOKENS": "0",
+        "RELAY_SERVER_PORT": str(port),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "relay_integrations.cli", "serve", *args],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            time.sleep(0.05)
+        yield process, url
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+
+
+def stream_in_thread(url: str, outcome: dict[str, Any]) -> threading.Thread:
+    """Stream one completion in a thread; `outcome` gets the lines and how it ended."""
+    body = {"model": "large", "messages": [QUESTION], "stream": True}
+    outcome["lines"] = []
+    outcome["started"] = threading.Event()
+
+    def run() -> None:
+        try:
+            with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        outcome["lines"].append(line.removeprefix("data: "))
+                        outcome["started"].set()
+        except httpx.HTTPError as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_sigterm_lets_a_stream_finish_and_refuses_new_connections() -> None:
+    upstream = capable_server(token_delay=0.03)  # about 2 s per generation
+    with serving(upstream), relaygen_serve(upstream, "--shutdown-timeout", "20") as (process, url):
+        outcome: dict[str, Any] = {}
+        thread = stream_in_thread(url, outcome)
+        assert outcome["started"].wait(10)
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{url}/health", timeout=2)
+        thread.join(30)
+        assert process.wait(30) in EXITED_ON_SIGTERM
+        logs = [json.loads(line) for line in process.stderr.read().splitlines() if line]  # type: ignore[union-attr]
+    assert "error" not in outcome
+    assert outcome["lines"][-1] == "[DONE]"  # the stream finished during the shutdown
+    finish = json.loads(outcome["lines"][-2])
+    assert finish["choices"][0]["finish_reason"] == "stop"
+    content = "".join(
+        json.loads(line)["choices"][0]["delta"].get("content") or ""
+        for line in outcome["lines"][:-2]
+    )
+    assert content == "The answer is 42."
+    # structured logs: every line JSON, the request logged with its id and its generation
+    (request,) = [e for e in logs if e["msg"] == "request" and e["path"] == "/v1/chat/completions"]
+    (done,) = [e for e in logs if e["msg"] == "generation done"]
+    assert request["status"] == 200 and request["request_id"] == done["request_id"]
+    assert done["generation_id"] == finish["id"] == f"chatcmpl-{request['request_id']}"
+
+
+def test_a_stream_past_the_shutdown_deadline_is_cut_and_its_upstream_cancelled() -> None:
+    upstream = capable_server(token_delay=0.3)  # about 20 s per generation
+    with serving(upstream), relaygen_serve(upstream, "--shutdown-timeout", "1") as (process, url):
+        outcome: dict[str, Any] = {}
+        thread = stream_in_thread(url, outcome)
+        assert outcome["started"].wait(10)
+        signalled = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(15) in EXITED_ON_SIGTERM
+        exited = time.monotonic() - signalled
+        thread.join(15)
+    assert exited < 8  # the deadline (1 s) and the shutdown's own steps, not the 20 s stream
+    assert "[DONE]" not in outcome["lines"]
+    models = upstream.models.values()
+    assert sum(m.cut_short for m in models) == 1  # the open upstream stream was closed
+    assert sum(m.active for m in models) == 0
+
+
+def test_a_bad_configuration_fails_with_the_reason() -> None:
+    env = {**os.environ, "RELAY_CUES": "/nonexistent/cues.json"}
+    env.update(
+        {
+            "RELAY_LARGE__BASE_URL": "http://127.0.0.1:9/v1",
+            "RELAY_LARGE__MODEL": "large",
+            "RELAY_SMALL__BASE_URL": "http://127.0.0.1:9/v1",
+            "RELAY_SMALL__MODEL": "small",
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "relay_integrations.cli", "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "cue artifact /nonexistent/cues.json" in done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "relay_integrations.cli", "serve", "--port", "99999"],
+        env=env | {"RELAY_CUES": "builtin:qwen3-32b--qwen3-1.7b"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "port" in done.stderr
