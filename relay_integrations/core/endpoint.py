@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import http.cookiejar
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -99,6 +100,9 @@ class Endpoint:
             timeout=openai.Timeout(config.read_timeout, connect=config.connect_timeout),
             max_retries=0,  # retries are ours: only before the first token, see _retrying
             default_headers=config.extra_headers,
+            # No cookies: a cookie-affinity router would pin every later generation of this
+            # process to the vLLM replica that set it; the session header routes instead.
+            http_client=openai.DefaultAsyncHttpxClient(cookies=_refusing_cookie_jar()),
         )
         self._slots = asyncio.Semaphore(config.max_concurrency)
         self._model_info: ModelInfo | None = None
@@ -221,6 +225,10 @@ class Endpoint:
         cause = state.outcome.exception()
         assert cause is not None
         raise UpstreamFailure(self.role, cause) from cause
+
+
+def _refusing_cookie_jar() -> http.cookiejar.CookieJar:
+    return http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
 
 
 def _piece(chunk: Any) -> StreamPiece:
