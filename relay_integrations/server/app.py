@@ -55,8 +55,8 @@ class RelayServer:
         cues: CueSet | None = None,
         request_hook: RequestHook | None = None,
     ) -> None:
-        self.config = config
         self.settings = settings or ServerSettings()
+        self.config = _sized(config, self.settings.max_concurrent_generations)
         self.cues = cues if cues is not None else CueSet.load(config.cues)  # fails fast
         self.request_hook = request_hook
         self.metrics = RelayMetrics()
@@ -300,6 +300,22 @@ class RequestContext:
                     },
                 )
             request_id.reset(token)
+
+
+def _sized(config: RelayConfig, generations: int) -> RelayConfig:
+    """Endpoints left at the default client-side limit get a slot per admitted generation.
+
+    A generation has at most one request open per endpoint, so the server's own limit (429
+    beyond it) is the one that counts; a limit set explicitly (``RELAY_LARGE__MAX_CONCURRENCY``)
+    is kept.
+    """
+    sized = {}
+    for role in ("large", "small"):
+        endpoint: EndpointConfig = getattr(config, role)
+        if "max_concurrency" not in endpoint.model_fields_set:
+            limit = max(endpoint.max_concurrency, generations)
+            sized[role] = endpoint.model_copy(update={"max_concurrency": limit})
+    return config.model_copy(update=sized)
 
 
 def _generation_id(rid: str, request: Request) -> str:
