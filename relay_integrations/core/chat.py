@@ -15,7 +15,7 @@ Qwen3/Hermes ``<tool_call>`` format, or from the constrained JSON of a forced ca
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -133,7 +133,9 @@ class ChatResponse:
 ChatEvent = ReasoningDelta | ContentDelta | ToolCallDelta | ChatResponse
 
 
-async def stream_chat(switcher: RelaySwitcher, request: ChatRequest) -> AsyncIterator[ChatEvent]:
+async def stream_chat(
+    switcher: RelaySwitcher, request: ChatRequest
+) -> AsyncGenerator[ChatEvent, None]:
     """Run one chat turn on the relay, streaming what a chat client shows."""
     constraint = request.answer_constraint()
     forced = bool(request.forced_tools)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import openai
 from starlette.types import Receive, Scope, Send
@@ -31,6 +31,7 @@ from .responses import ResponseShaper
 if TYPE_CHECKING:
     from .app import RelayServer
 
+T = TypeVar("T")
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -71,18 +72,13 @@ class GenerationResponse:
     async def _whole(self, send: Send) -> None:
         try:
             response = await self._respond()
-            status, body, headers = 200, self.shaper.completion(response), {}
         except ApiError as error:
-            status, body, headers = error.status, error.body(), error.headers
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [(b"content-type", b"application/json")]
-                + [(k.encode(), v.encode()) for k, v in headers.items()],
-            }
-        )
-        await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+            await self._send_error(send, error)
+            return
+        await _send_json(send, 200, self.shaper.completion(response))
+
+    async def _send_error(self, send: Send, error: ApiError) -> None:
+        await _send_json(send, error.status, error.body(), error.headers)
 
     async def _stream(self, send: Send) -> None:
         async def event(data: dict[str, Any] | str) -> None:
@@ -90,10 +86,18 @@ class GenerationResponse:
             body = f"data: {text}\n\n".encode()
             await send({"type": "http.response.body", "body": body, "more_body": True})
 
+        chat_events = stream_chat(self.server.switcher, self.request)
+        try:
+            # The status waits for the first event: a chat the template refuses or an
+            # upstream that cannot be reached gets its own status code, as from vLLM.
+            first = await anext(chat_events)
+        except Exception as failure:
+            await self._send_error(send, self._api_error(failure))
+            return
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         await event(self.shaper.first_chunk())
         try:
-            async for chat_event in stream_chat(self.server.switcher, self.request):
+            async for chat_event in _prepend(first, chat_events):
                 if isinstance(chat_event, ChatResponse):
                     self.result = chat_event.result
                     await event(self.shaper.final_chunk(chat_event))
@@ -102,8 +106,9 @@ class GenerationResponse:
                 else:
                     await event(self.shaper.chunk(chat_event))
         except Exception as failure:  # after the 200: the error travels as an event
-            error = self._api_error(failure)
-            await event(error.body())
+            await event(self._api_error(failure).body())
+        finally:
+            await chat_events.aclose()
         await event("[DONE]")
         await send({"type": "http.response.body", "body": b""})
 
@@ -148,6 +153,26 @@ def upstream_error(failure: Exception) -> ApiError:
             return ApiError(504, f"{failure} (upstream timed out)", code="upstream_timeout")
         return ApiError(502, str(failure), code="upstream_failed")
     return ApiError(500, f"internal error: {type(failure).__name__}", code="internal_error")
+
+
+async def _send_json(
+    send: Send, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json")]
+            + [(k.encode(), v.encode()) for k, v in (headers or {}).items()],
+        }
+    )
+    await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+
+
+async def _prepend(first: T, rest: AsyncIterator[T]) -> AsyncIterator[T]:
+    yield first
+    async for item in rest:
+        yield item
 
 
 async def _until_disconnect(work: Awaitable[None], receive: Receive) -> None:
