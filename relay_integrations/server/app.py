@@ -29,6 +29,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..core.config import EndpointConfig, RelayConfig
 from ..core.cues import CueSet
+from ..core.endpoint import ModelInfo
+from ..core.errors import RelayError
 from ..core.generation import RequestHook
 from ..core.result import RelayResult
 from ..core.switcher import RelaySwitcher
@@ -186,7 +188,11 @@ class RelayServer:
         )
 
     async def models(self, request: Request) -> Response:
-        info = await self.switcher.endpoints["large"].model_info()
+        """The served names, with the large model's root and context window when it answers."""
+        try:
+            info: ModelInfo | None = await self.switcher.endpoints["large"].model_info()
+        except RelayError:
+            info = None  # the names do not depend on the upstream; /health reports it
         created = int(time.time())
         data = [
             {
@@ -194,8 +200,8 @@ class RelayServer:
                 "object": "model",
                 "created": created,
                 "owned_by": "relay_integrations",
-                "root": info.root or info.id,
-                "max_model_len": info.max_model_len,
+                "root": (info.root or info.id) if info else None,
+                "max_model_len": info.max_model_len if info else None,
             }
             for name in self.model_names
         ]

@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from ..core.chat import (
     ChatRequest,
@@ -37,7 +37,7 @@ _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class StreamOptions(BaseModel):
-    include_usage: bool = False
+    include_usage: StrictBool = False
 
 
 class _Function(BaseModel):
@@ -84,7 +84,7 @@ class ChatCompletionRequest(BaseModel):
 
     model: str
     messages: list[dict[str, Any]]
-    stream: bool = False
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
@@ -93,11 +93,11 @@ class ChatCompletionRequest(BaseModel):
     top_k: int | None = None
     seed: int | None = None
     stop: str | list[str] | None = None
-    n: int = Field(default=1, ge=1, le=1, description="one choice per request")
-    logprobs: Literal[False] | None = None
+    n: int = 1
+    logprobs: bool | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["auto", "none", "required"] | dict[str, Any] | None = None
-    parallel_tool_calls: bool = True
+    parallel_tool_calls: StrictBool = True
     response_format: _ResponseFormat | None = None
     chat_template_kwargs: dict[str, Any] | None = None
 
@@ -120,6 +120,12 @@ class ChatCompletionRequest(BaseModel):
         return self.max_completion_tokens or self.max_tokens
 
     def _check(self, limits: ServerSettings) -> None:
+        if self.n != 1:
+            raise ApiError(
+                400, f"n is {self.n}; the relay writes one choice per request", param="n"
+            )
+        if self.logprobs:
+            raise ApiError(400, "logprobs are not available through the relay", param="logprobs")
         if not self.messages:
             raise ApiError(400, "messages must hold at least one message", param="messages")
         if len(self.messages) > limits.max_messages:
