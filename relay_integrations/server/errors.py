@@ -48,7 +48,8 @@ class ApiError(Exception):
     @property
     def kind(self) -> str:
         """The ``type`` of the error body (``invalid_request_error``, ...)."""
-        return _TYPES.get(self.status, "server_error")
+        default = "invalid_request_error" if self.status < 500 else "server_error"  # 405, ...
+        return _TYPES.get(self.status, default)
 
     def body(self) -> dict[str, Any]:
         error: dict[str, Any] = {
