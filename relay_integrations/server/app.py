@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -44,6 +45,7 @@ from .settings import ServerSettings
 
 REQUEST_ID_HEADER = "x-request-id"
 ROUTES = ("/v1/chat/completions", "/v1/models", "/health", "/metrics")
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")
 
 
 class RelayServer:
@@ -325,9 +327,14 @@ def _sized(config: RelayConfig, generations: int) -> RelayConfig:
 
 
 def _generation_id(rid: str, request: Request) -> str:
-    """The upstream id: the request id we made, or the client's plus a unique suffix."""
+    """The upstream id: the request id we made, or the client's plus a unique suffix.
+
+    The client's id goes upstream in headers, so it is cut to 64 header-safe characters
+    (any other character becomes ``_``); the response header still echoes it as sent.
+    """
     if REQUEST_ID_HEADER in request.headers:
-        return f"chatcmpl-{rid}-{uuid.uuid4().hex[:8]}"
+        safe = _UNSAFE_ID.sub("_", rid[:64])
+        return f"chatcmpl-{safe}-{uuid.uuid4().hex[:8]}"
     return f"chatcmpl-{rid}"
 
 
