@@ -1,0 +1,361 @@
+"""``relaygen serve`` when its upstream servers fail: refused connections, 500s, stalls, streams
+cut mid-way, failures in the middle of a generation. Each failure gets a clean OpenAI error (or
+is absorbed), the server keeps serving, and nothing leaks: no tasks left on the server's loop,
+no upstream connections piling up."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from relay_integrations.core import EndpointConfig, RelayConfig, SwitchPolicy
+from relay_integrations.server import RelayServer
+from tests.fakes.capable_model import CAPABLE_CUES, capable_server
+from tests.fakes.relay_http import ServedRelay, relay_http
+from tests.fakes.scripted_vllm import Fault, ScriptedVLLM
+from tests.fakes.threaded import serving
+
+QUESTION: Any = [{"role": "user", "content": "What is 7 * 6?"}]
+ANSWER = "The answer is 42."
+REASONING = (
+    "The user writes: What is 7 * 6. Now I think about the best reply. A direct reply fits best "
+    "here. Therefore, I will answer directly."
+)
+BODY = {"model": "large", "messages": QUESTION}
+STALL = 5.0  # seconds an upstream stalls; the relay gives up after its read timeout (0.5 s)
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[ScriptedVLLM]:
+    with serving(capable_server()) as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def no_faults_left(upstream: ScriptedVLLM) -> Iterator[None]:
+    yield
+    for model in upstream.models.values():
+        model.faults.clear()
+
+
+def relay(
+    large_url: str,
+    small_url: str | None = None,
+    policy: SwitchPolicy | None = None,
+    **endpoint: Any,
+) -> RelayServer:
+    """A relay whose endpoints give up fast (`endpoint`: EndpointConfig fields of both)."""
+    fast = {"max_retries": 1, "read_timeout": 2.0, "connect_timeout": 1.0, **endpoint}
+    config = RelayConfig(
+        large=EndpointConfig(base_url=large_url, model="large", **fast),
+        small=EndpointConfig(base_url=small_url or large_url, model="small", **fast),
+        cues=CAPABLE_CUES,
+        policy=policy or SwitchPolicy(cooldown_tokens=0),
+    )
+    return RelayServer(config)
+
+
+def eventually(check: Callable[[], bool], seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+@contextmanager
+def kept_serving(server: RelayServer) -> Iterator[ServedRelay]:
+    """Serve `server`; when the block ends (its faults spent), the tasks on the server's loop
+    are back to what they were before the block and a normal request succeeds."""
+    with relay_http(server) as served:
+        baseline = served.tasks()
+        yield served
+        assert eventually(lambda: served.tasks() == baseline), (served.tasks(), baseline)
+        assert served.relay.inflight == 0
+        answer = httpx.post(f"{served.base_url}/chat/completions", json=BODY, timeout=30)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["choices"][0]["message"]["content"] == ANSWER
+
+
+def whole(served: ServedRelay, **fields: Any) -> httpx.Response:
+    return httpx.post(f"{served.base_url}/chat/completions", json={**BODY, **fields}, timeout=30)
+
+
+def streamed(served: ServedRelay) -> tuple[int, list[Any]]:
+    """The status of a streamed request, and its events (JSON, or ``[DONE]``) or error body."""
+    body = {**BODY, "stream": True}
+    with httpx.stream("POST", f"{served.base_url}/chat/completions", json=body, timeout=30) as r:
+        r.read()
+        if r.status_code != 200:
+            return r.status_code, [r.json()]
+        lines = [line.removeprefix("data: ") for line in r.text.split("\n\n") if line]
+        return 200, [line if line == "[DONE]" else json.loads(line) for line in lines]
+
+
+def assert_openai_error(response_body: dict[str, Any], code: str, *in_message: str) -> None:
+    error = response_body["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["code"] == code
+    for text in in_message:
+        assert text in error["message"]
+
+
+def openai_client(served: ServedRelay) -> openai.OpenAI:
+    return openai.OpenAI(base_url=served.base_url, api_key="x", max_retries=0, timeout=30)
+
+
+# --- upstream TCP connections, from the kernel's tables -------------------------------------
+
+ESTABLISHED = "01"
+
+
+def upstream_connections(port: int) -> int:
+    """Established TCP connections with an end on `port` (each counted once, though both of
+    its ends are on this host)."""
+    connections = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        path = Path(table)
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines()[1:]:
+            fields = line.split()
+            local, remote, state = fields[1], fields[2], fields[3]
+            ports = {int(local.rsplit(":", 1)[1], 16), int(remote.rsplit(":", 1)[1], 16)}
+            if state == ESTABLISHED and port in ports:
+                connections.add(frozenset((local, remote)))
+    return len(connections)
+
+
+# --- refused connections --------------------------------------------------------------------
+
+
+def test_an_upstream_refusing_connections_gets_a_quick_502(upstream: ScriptedVLLM) -> None:
+    late = capable_server()  # its port is bound but not listening: connections are refused
+    with ExitStack() as later, kept_serving(relay(late.base_url, upstream.base_url)) as served:
+        started = time.monotonic()
+        response = whole(served)
+        assert response.status_code == 502
+        assert_openai_error(response.json(), "upstream_failed", "large endpoint")
+        assert response.json()["error"]["type"] == "upstream_error"
+
+        status, (body,) = streamed(served)  # refused before any text: a status, not a 200
+        assert status == 502
+        assert_openai_error(body, "upstream_failed", "large endpoint")
+
+        with openai_client(served) as client:
+            with pytest.raises(openai.InternalServerError) as raised:
+                client.chat.completions.create(model="large", messages=QUESTION)
+            assert raised.value.status_code == 502
+            with pytest.raises(openai.APIError):
+                list(
+                    client.chat.completions.create(
+                        model="large",
+                        messages=QUESTION,
+                        stream=True,
+                    )
+                )
+        assert time.monotonic() - started < 15  # one retry each, after 0.5 s
+        later.enter_context(serving(late))  # the upstream comes up: the relay recovers
+
+
+# --- 500s -----------------------------------------------------------------------------------
+
+
+def test_an_upstream_answering_500_on_every_try_gets_502_naming_the_endpoint(
+    upstream: ScriptedVLLM,
+) -> None:
+    with kept_serving(relay(upstream.base_url, max_retries=1)) as served:
+        upstream.models["large"].faults[:] = [Fault(status=500)] * 2  # the try and the retry
+        response = whole(served)
+        assert response.status_code == 502
+        assert_openai_error(response.json(), "upstream_failed", "large endpoint", "500")
+        assert upstream.models["large"].faults == []
+
+        upstream.models["large"].faults[:] = [Fault(status=500)] * 2
+        with openai_client(served) as client, pytest.raises(openai.APIStatusError) as raised:
+            list(client.chat.completions.create(model="large", messages=QUESTION, stream=True))
+        assert raised.value.status_code == 502
+        assert "large endpoint" in raised.value.message
+
+
+def test_a_small_endpoint_failing_is_absorbed_by_the_large_model(upstream: ScriptedVLLM) -> None:
+    with kept_serving(relay(upstream.base_url, max_retries=0)) as served:
+        upstream.models["small"].faults[:] = [Fault(status=500)]
+        response = whole(served)
+        assert response.status_code == 200
+        body = response.json()
+        assert body["choices"][0]["message"]["content"] == ANSWER
+        assert body["choices"][0]["message"]["reasoning"] == REASONING
+        assert body["relay"]["usage"]["small"]["completion_tokens"] == 0
+        assert body["relay"]["large_share"] == 1
+
+
+# --- stalls ---------------------------------------------------------------------------------
+
+
+def test_a_stalled_upstream_gets_a_timeout_well_before_the_stall_ends(
+    upstream: ScriptedVLLM,
+) -> None:
+    with kept_serving(relay(upstream.base_url, max_retries=0, read_timeout=0.5)) as served:
+        for stream in (False, True):
+            upstream.models["large"].faults[:] = [Fault(stall=STALL)]
+            started = time.monotonic()
+            if stream:
+                status, (body,) = streamed(served)
+            else:
+                response = whole(served)
+                status, body = response.status_code, response.json()
+            assert time.monotonic() - started < STALL / 2
+            assert status == 504
+            assert_openai_error(body, "upstream_timeout", "large endpoint", "timed out")
+            assert body["error"]["type"] == "upstream_timeout"
+
+
+# --- streams cut mid-way --------------------------------------------------------------------
+
+
+def test_a_stream_cut_mid_way_is_resumed_and_the_answer_is_whole(upstream: ScriptedVLLM) -> None:
+    large, small = upstream.models["large"], upstream.models["small"]
+    with kept_serving(relay(upstream.base_url)) as served:
+        reference = whole(served).json()
+        cut_before = large.cut_short + small.cut_short
+
+        large.faults[:] = [Fault(cut_after=3)]
+        small.faults[:] = [Fault(cut_after=3)]
+        response = whole(served)
+        assert response.status_code == 200, response.text
+        message = response.json()["choices"][0]["message"]
+        assert message["content"] == reference["choices"][0]["message"]["content"] == ANSWER
+        assert message["reasoning"] == reference["choices"][0]["message"]["reasoning"] == REASONING
+        assert large.cut_short + small.cut_short == cut_before + 2  # both streams did break
+        assert (
+            response.json()["usage"]["completion_tokens"] == reference["usage"]["completion_tokens"]
+        )
+
+        large.faults[:] = [Fault(cut_after=3)]
+        status, events = streamed(served)
+        assert status == 200
+        assert events[-1] == "[DONE]"
+        chunks = events[:-1]
+        assert not any("error" in c for c in chunks)
+        deltas = [c["choices"][0]["delta"] for c in chunks]
+        assert "".join(d.get("reasoning", "") for d in deltas) == REASONING
+        assert "".join(d.get("content") or "" for d in deltas) == ANSWER
+        assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+# --- failures mid-generation ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("role", "faults", "policy", "written"),
+    [
+        pytest.param(
+            "large",
+            [Fault(), Fault(cut_after=4)],  # its second turn breaks after 4 tokens
+            SwitchPolicy(cooldown_tokens=0, max_resumes=0),
+            "The user writes: What is 7 * 6. Now I think about the best reply. A direct reply fits",
+            id="large",
+        ),
+        pytest.param(
+            "small",
+            [Fault(cut_after=3)],  # its first turn breaks after 3 tokens
+            SwitchPolicy(cooldown_tokens=0, max_resumes=0, on_small_failure="raise"),
+            "The user writes: What is 7 * 6. Now I think about",
+            id="small",
+        ),
+    ],
+)
+def test_a_failure_mid_generation_keeps_the_text_written_before_it(
+    upstream: ScriptedVLLM, role: str, faults: list[Fault], policy: SwitchPolicy, written: str
+) -> None:
+    with kept_serving(relay(upstream.base_url, policy=policy, max_retries=0)) as served:
+        upstream.models[role].faults[:] = list(faults)
+        response = whole(served)
+        assert response.status_code == 502
+        body = response.json()
+        assert_openai_error(body, "upstream_failed", f"{role} endpoint")
+        partial = body["relay"]["partial"]
+        assert partial["finish_reason"] == "error"
+        assert partial["reasoning"] == written  # nothing written before the failure is lost
+        assert REASONING.startswith(partial["reasoning"])
+        assert partial["text"] == "<think>\n" + written
+        assert partial["segments"][-1]["model"] == role
+        assert partial["segments"][-1]["ended_by"] == "failed"
+        assert partial["usage"][role]["completion_tokens"] > 0
+
+        # streamed: the text arrives, then the error (with the same partial), then [DONE]
+        upstream.models[role].faults[:] = list(faults)
+        status, events = streamed(served)
+        assert status == 200
+        assert events[-1] == "[DONE]"
+        error = events[-2]
+        assert_openai_error(error, "upstream_failed", f"{role} endpoint")
+        assert error["relay"]["partial"]["reasoning"] == written
+        shown = "".join(e["choices"][0]["delta"].get("reasoning", "") for e in events[1:-2])
+        assert shown and written.startswith(shown)
+
+        upstream.models[role].faults[:] = list(faults)
+        with openai_client(served) as client, pytest.raises(openai.APIError) as raised:
+            for _ in client.chat.completions.create(model="large", messages=QUESTION, stream=True):
+                pass
+        assert f"{role} endpoint" in raised.value.message
+
+
+# --- no leaks -------------------------------------------------------------------------------
+
+ROUNDS = 5
+CONCURRENT = 2  # generations at once in each round: one whole, one streamed
+RESUMES_OFF = SwitchPolicy(cooldown_tokens=0, max_resumes=0)
+FAULTS: dict[str, tuple[dict[str, Any], dict[str, Fault], int]] = {
+    # kind: (relay settings, the fault each generation meets per model, the status it gets)
+    "500": ({"max_retries": 1}, {"large": Fault(status=500)}, 502),  # on the try and the retry
+    "stall": ({"max_retries": 0, "read_timeout": 0.5}, {"large": Fault(stall=STALL)}, 504),
+    "cut and resumed": ({}, {"large": Fault(cut_after=3), "small": Fault(cut_after=2)}, 200),
+    "cut beyond resumes": ({"policy": RESUMES_OFF}, {"large": Fault(cut_after=4)}, 502),
+}
+
+
+@pytest.mark.parametrize("kind", list(FAULTS))
+def test_repeated_faults_leave_no_tasks_and_no_growing_connections(
+    upstream: ScriptedVLLM, kind: str
+) -> None:
+    settings, faults, status = FAULTS[kind]
+    tries = 2 if kind == "500" else 1
+    bound = 2 * CONCURRENT  # a generation holds at most one connection to each endpoint
+
+    def request(served: ServedRelay, stream: bool) -> None:
+        body = {**BODY, "stream": stream}
+        with httpx.stream("POST", f"{served.base_url}/chat/completions", json=body) as response:
+            response.read()
+            assert response.status_code == status, response.text
+            if stream and status == 200:
+                assert response.text.endswith("data: [DONE]\n\n")
+
+    def fault_round(served: ServedRelay) -> None:
+        for role, fault in faults.items():
+            upstream.models[role].faults[:] = [fault] * tries * CONCURRENT
+        with ThreadPoolExecutor(CONCURRENT) as pool:
+            list(pool.map(lambda stream: request(served, stream), [False, True][:CONCURRENT]))
+        for model in upstream.models.values():
+            model.faults.clear()
+
+    with kept_serving(relay(upstream.base_url, **settings)) as served:
+        baseline = served.tasks()
+        fault_round(served)
+        assert eventually(lambda: upstream_connections(upstream.port) <= bound)
+        after_one = upstream_connections(upstream.port)
+        for _ in range(ROUNDS - 1):
+            fault_round(served)
+        assert eventually(lambda: upstream_connections(upstream.port) <= after_one)
+        assert eventually(lambda: served.tasks() == baseline)
