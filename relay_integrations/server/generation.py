@@ -65,7 +65,9 @@ class GenerationResponse:
             return
         try:
             work = self._stream(send) if self.stream else self._whole(send)
-            await _until_disconnect(work, receive)
+            if not await _until_disconnect(work, receive):
+                server.metrics.errors.labels("client_disconnected").inc()
+                log.info("client disconnected: generation cancelled")
         finally:
             server.release(self.result)
 
@@ -131,9 +133,10 @@ class GenerationResponse:
         error = upstream_error(failure)
         self.server.metrics.errors.labels(error.code or error.kind).inc()
         if error.status >= 500:
-            log.warning(
-                "generation failed", exc_info=failure, extra={"fields": {"status": error.status}}
-            )
+            fields: dict[str, Any] = {"status": error.status}
+            if isinstance(failure, EndpointError) and failure.role in ("large", "small"):
+                fields["upstream"] = getattr(self.server.config, failure.role).base_url
+            log.warning("generation failed", exc_info=failure, extra={"fields": fields})
         if self.result is not None and isinstance(failure, EndpointError):
             error.extra["relay"] = {"partial": self.result.model_dump(mode="json")}
         return error
@@ -175,8 +178,11 @@ async def _prepend(first: T, rest: AsyncIterator[T]) -> AsyncIterator[T]:
         yield item
 
 
-async def _until_disconnect(work: Awaitable[None], receive: Receive) -> None:
-    """Run `work`; a client that disconnects first cancels it (and its upstream requests)."""
+async def _until_disconnect(work: Awaitable[None], receive: Receive) -> bool:
+    """Run `work`; a client that disconnects first cancels it (and its upstream requests).
+
+    Returns whether `work` ran to its end (False: the client left first).
+    """
     task = asyncio.ensure_future(work)
     listener = asyncio.ensure_future(_disconnected(receive))
     try:
@@ -185,8 +191,11 @@ async def _until_disconnect(work: Awaitable[None], receive: Receive) -> None:
         for pending in (task, listener):
             pending.cancel()
         await asyncio.gather(task, listener, return_exceptions=True)
-    if not task.cancelled() and task.exception() is not None:
+    if task.cancelled():
+        return False
+    if task.exception() is not None:
         raise task.exception()  # type: ignore[misc]
+    return True
 
 
 async def _disconnected(receive: Receive) -> None:

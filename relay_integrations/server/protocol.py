@@ -136,11 +136,12 @@ class ChatCompletionRequest(BaseModel):
                 param="messages",
             )
         if self.budget is not None and self.budget > limits.max_tokens_limit:
+            name = "max_completion_tokens" if self.max_completion_tokens else "max_tokens"
             raise ApiError(
                 400,
-                f"max_tokens {self.budget} is more than this server's limit of "
+                f"{name} {self.budget} is more than this server's limit of "
                 f"{limits.max_tokens_limit}",
-                param="max_tokens",
+                param=name,
             )
         for index, message in enumerate(self.messages):
             check_message(index, message)

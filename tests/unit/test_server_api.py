@@ -641,6 +641,7 @@ def test_a_client_leaving_cuts_the_upstream_request(
         assert eventually(lambda: active() == 0)
         assert sum(m.cut_short for m in models) > cut_before  # closed mid-stream, not finished
         assert eventually(lambda: metric(served.url, "relay_inflight_generations") == 0)
+        assert metric(served.url, "relay_errors_total", kind="client_disconnected") == 1
         assert eventually(lambda: served.tasks() == baseline)
         assert served.relay.inflight == 0
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
