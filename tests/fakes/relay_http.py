@@ -1,8 +1,8 @@
 """Run ``relaygen serve``'s app on a loopback port, in a thread with its own event loop::
 
-    with relay_http(RelayServer(config)) as served:
-        client = openai.OpenAI(base_url=served.base_url, api_key="x")
-        served.tasks()  # tasks alive on the server's loop (for leak checks)
+with relay_http(RelayServer(config)) as served:
+    client = openai.OpenAI(base_url=served.base_url, api_key="x")
+    served.tasks()  # tasks alive on the server's loop (for leak checks)
 """
 
 from __future__ import annotations
