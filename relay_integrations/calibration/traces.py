@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.config import ReasoningMarkers, SamplingConfig
 from ..core.endpoint import CompletionRequest, Endpoint
@@ -27,6 +27,7 @@ from ..core.generation import CONTEXT_MARGIN
 from ..core.reasoning import PromptReasoning, split_reasoning
 from ..core.rendering import ChatInput, PromptRenderer
 from ..progress import Progress
+from ..records import RecordFile
 from .concurrency import run_bounded
 from .datasets import DatasetError, ProblemSet, chat_messages, text_sha256
 
@@ -49,33 +50,11 @@ class Trace(BaseModel):
     seconds: float | None = None
 
 
-class TraceFile:
+class TraceFile(RecordFile[Trace]):
     """A JSON Lines file of traces, appended to as traces finish."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-
-    def read(self) -> list[Trace]:
-        """The traces written so far; a line cut short by a crash is dropped from the file."""
-        if not self.path.exists():
-            return []
-        lines = self.path.read_text(encoding="utf-8").splitlines()
-        traces = []
-        for number, line in enumerate(lines, 1):
-            try:
-                traces.append(Trace.model_validate_json(line))
-            except ValidationError as exc:
-                if number == len(lines):  # the write of the last trace was interrupted
-                    self.path.write_text("".join(x + "\n" for x in lines[:-1]), "utf-8")
-                    break
-                raise DatasetError(
-                    f"{self.path}:{number}", f"not a trace record ({exc.errors()[0]['msg']})"
-                ) from None
-        return traces
-
-    def append(self, trace: Trace) -> None:
-        with self.path.open("a", encoding="utf-8") as out:
-            out.write(trace.model_dump_json() + "\n")
+        super().__init__(path, Trace, kind="trace")
 
 
 def ready_traces(
