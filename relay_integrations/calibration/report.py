@@ -15,7 +15,7 @@ import csv
 from pathlib import Path
 
 from ..core.artifact import CalibrationRecord, CueStatistics
-from ..core.errors import RelayError
+from ..plotting import pyplot
 
 CSV_COLUMNS = (
     "cue",
@@ -90,15 +90,7 @@ def write_csv(record: CalibrationRecord, path: str | Path) -> Path:
 def write_plot(record: CalibrationRecord, path: str | Path, title: str = "") -> Path:
     """Mean post-cue margin ± one standard error per cue, against the global mean and each
     cue's threshold; selected cues highlighted. Needs matplotlib (the ``plot`` extra)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise RelayError(
-            "the plot needs matplotlib: pip install 'relay-integrations[plot]'"
-        ) from None
+    plt = pyplot()
     cues = [c for c in ranked(record) if c.mean_margin is not None][::-1]  # best at the top
     rows = range(len(cues))
     figure, axes = plt.subplots(figsize=(8, 1.2 + 0.28 * max(len(cues), 4)))

@@ -3,6 +3,7 @@
     relaygen generate "What is 17 * 23?" --large-url ... --small-url ...
     relaygen calibrate --problems amc23.jsonl --samples 4 --large-url ... --small-url ...
     relaygen serve --large-url ... --small-url ... --cues cues.json --port 9000
+    relaygen bench --problems aime24.jsonl --samples 4 --out bench/ --large-url ... --small-url ...
 
 Every endpoint option can come from the environment instead (``RELAY_LARGE__BASE_URL``, ...
 see :meth:`~relay_integrations.core.config.RelayConfig.from_env`).
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from . import calibrate, generate, serve
+from . import bench, calibrate, generate, serve
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -22,6 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     generate.add_parser(commands)
     calibrate.add_parser(commands)
     serve.add_parser(commands)
+    bench.add_parser(commands)
     args = parser.parse_args(argv)
     try:
         code: int = args.run(args)

@@ -176,7 +176,11 @@ class Generation:
                     continue
                 ended = decide(RequestEnd(finish[0], finish[1], usage.completion_tokens))
                 if ended == "length":
-                    ended = self._length()
+                    # The request's allowance ran out. If the phase changed while it ran (a
+                    # model that answered without reasoning is no longer held to the
+                    # answer's reserve), room is left: write on; the loop's top ends the turn
+                    # when none is.
+                    ended = None if pieces and self.room(role) > 0 else self._length()
         finally:
             self.seconds[role] += time.perf_counter() - began
             self.segments.append(

@@ -400,3 +400,18 @@ async def test_the_answer_reserve_closes_a_long_reasoning_and_leaves_room_to_ans
     assert result.reasoning_tokens == 60 - 12  # min(12, 60 // 4) kept for the answer
     assert result.answer == "The answer is 4."
     assert result.finish_reason == "stop"
+
+
+async def test_a_model_answering_without_reasoning_may_use_the_answer_reserve() -> None:
+    """The reserve holds back the reasoning only: an answer written straight away (no think
+    block) gets the whole budget, though its first request was sized while reasoning."""
+    answer = " ".join(["The answer keeps going."] * 40)
+    large, small = ScriptedModel("large", answer), ScriptedModel("small", answer)
+    async with ScriptedVLLM(large, small) as server:
+        config = make_config(server, answer_reserve_tokens=12)
+        config = config.model_copy(update={"sampling": SamplingConfig(max_tokens=60)})
+        async with RelaySwitcher(config) as relay:
+            _, result = await collect(relay)
+    assert result.reasoning == "" and result.finish_reason == "length"
+    assert result.usage["large"].completion_tokens == 60  # not 60 - 12
+    assert [r["max_tokens"] for r in large.requests] == [48, 12]
