@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _LETTER = re.compile(r"^\s*(?:\\text\{)?\s*\(?\s*([A-Z])\s*\)?\s*\}?\s*[.:]?\s*$")
-_ANSWER_IS = re.compile(r"answer\s*(?:is|:)\s*\(?\s*([A-Z])\b\)?", re.IGNORECASE)
+# "answer is (c)" or "answer: C", not "answer is a multiple of 4"
+_ANSWER_IS = re.compile(r"(?i:answer\s*(?:is|:))\s*(?:\(\s*([A-Za-z])\s*\)|([A-Z])\b)")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ def extract_boxed(text: str) -> str | None:
                 if depth == 0:
                     last = text[start:index].strip()
                     break
+        else:  # unclosed: cut off, so no answer unless a later box closes
+            last = None
     return last
 
 
@@ -55,7 +58,7 @@ def extract_choice(text: str, letters: str) -> str | None:
         match = _LETTER.match(boxed)
         if match and match.group(1) in letters:
             return match.group(1)
-    said = [m.group(1).upper() for m in _ANSWER_IS.finditer(text)]
+    said = [(m.group(1) or m.group(2)).upper() for m in _ANSWER_IS.finditer(text)]
     said = [letter for letter in said if letter in letters]
     return said[-1] if said else None
 
