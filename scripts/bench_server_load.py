@@ -11,10 +11,7 @@ generation slot of the relay stayed taken. Three processes take part:
 * the upstream: the scripted vLLM of the tests (``tests/fakes/capable_model.capable_server``,
   models "large" and "small", ``--token-delay`` seconds per token), in its own process (this
   script run with ``--upstream``), so that its pure-Python streaming does not share an event
-  loop with the relay. Two things of the fake are changed there, not in the fake: it listens on
-  a socket bound as TCP, so that its connections get TCP_NODELAY like vLLM's (on the fake's own
-  socket each request on a kept-alive connection waits about 40 ms for a delayed ACK;
-  ``--fake-socket`` keeps it), and it remembers only its last 32 prompts (it scans all it has
+  loop with the relay. It remembers only its last 32 prompts there (the fake scans all it has
   seen on every request, which would slow it down as the run goes on);
 * the relay: the real CLI, ``relaygen serve ... --cues '["Therefore,", "Now"]'``, with
   ``RELAY_POLICY__COOLDOWN_TOKENS=0`` (2 switches per generation) and each endpoint's
@@ -98,7 +95,7 @@ class _Recent(list[Any]):
             del self[0]
 
 
-def run_upstream(token_delay: float, fake_socket: bool) -> None:
+def run_upstream(token_delay: float) -> None:
     """Serve the capable scripted models; print the base URL; run until terminated."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the benchmark stops it (SIGTERM), also on ^C
     sys.path.insert(0, str(REPO))
@@ -106,14 +103,6 @@ def run_upstream(token_delay: float, fake_socket: bool) -> None:
 
     async def serve() -> None:
         server = capable_server(token_delay=token_delay)
-        if not fake_socket:
-            # The fake binds ``socket.socket()`` (proto 0), so asyncio does not set TCP_NODELAY
-            # on its connections and every request on a kept-alive connection waits about 40 ms
-            # for a delayed ACK. vLLM (uvloop) sets it; a socket bound as TCP gets it here too.
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-            sock.bind(("127.0.0.1", 0))
-            server._sock.close()
-            server._sock, server.port = sock, sock.getsockname()[1]
         for model in server.models.values():
             model._seen_prompts = _Recent(KEEP_PROMPTS)
             model.requests = _Recent(KEEP_PROMPTS)
@@ -135,11 +124,8 @@ def free_port() -> int:
         return port
 
 
-def start_upstream(
-    token_delay: float, fake_socket: bool, log: IO[bytes]
-) -> tuple[subprocess.Popen[bytes], str]:
+def start_upstream(token_delay: float, log: IO[bytes]) -> tuple[subprocess.Popen[bytes], str]:
     command = [sys.executable, __file__, "--upstream", "--token-delay", str(token_delay)]
-    command += ["--fake-socket"] if fake_socket else []
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log)
     assert proc.stdout is not None
     line = proc.stdout.readline().decode().strip()  # the base URL, once it listens
@@ -726,12 +712,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "one idle for 5 s)",
     )
     parser.add_argument("--json", type=Path, help="write all figures and samples here")
-    parser.add_argument(
-        "--fake-socket",
-        action="store_true",
-        help="serve the upstream on the fake's own socket (no TCP_NODELAY: about 40 ms more "
-        "per upstream request on a kept-alive connection)",
-    )
     parser.add_argument("--upstream", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.endpoint_concurrency is None:
@@ -742,7 +722,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     if args.upstream:
-        run_upstream(args.token_delay, args.fake_socket)
+        run_upstream(args.token_delay)
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the children are stopped
     facts = machine_facts(args)
@@ -769,7 +749,7 @@ def run(
     upstream_proc: subprocess.Popen[bytes] | None = None
     server: subprocess.Popen[bytes] | None = None
     try:
-        upstream_proc, upstream = start_upstream(args.token_delay, args.fake_socket, upstream_log)
+        upstream_proc, upstream = start_upstream(args.token_delay, upstream_log)
         port = free_port()
         command = server_command(upstream, port, max(1000, args.concurrency))
         env = server_env(args.endpoint_concurrency)

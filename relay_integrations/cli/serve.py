@@ -47,6 +47,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--shutdown-timeout", type=int, help="seconds in-flight streams get at shutdown"
     )
+    parser.add_argument(
+        "--keep-alive-timeout", type=int, help="seconds an idle client connection stays open"
+    )
     parser.add_argument("--log-format", choices=["json", "text"])
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(run=run)
@@ -74,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         "max_messages",
         "max_tokens_limit",
         "shutdown_timeout",
+        "keep_alive_timeout",
         "log_format",
         "log_level",
     )

@@ -61,6 +61,7 @@ class Generation:
         context_windows: Mapping[ModelRole, int | None],
         sampling: SamplingConfig,
         request_hook: RequestHook | None = None,
+        started: float | None = None,
     ) -> None:
         self.id = generation_id
         self.config = config
@@ -78,7 +79,7 @@ class Generation:
         self.usage = {"large": ModelUsage(), "small": ModelUsage()}
         self.reasoning_tokens = 0
         self.seconds = {"large": 0.0, "small": 0.0}
-        self.started = time.perf_counter()
+        self.started = started if started is not None else time.perf_counter()  # rendering too
         self.first_token_at: float | None = None
         self.requests_sent = 0
         self._releaser = self._new_releaser()

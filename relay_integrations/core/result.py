@@ -55,8 +55,8 @@ class RelayStats(BaseModel):
     large_share: float = Field(description="Share of generated tokens written by the large model")
     switches: int = Field(description="Times a cue handed the reasoning to the small model")
     seconds: dict[str, float] = Field(description="Wall time spent in each model's requests")
-    total_seconds: float
-    time_to_first_token: float | None
+    total_seconds: float = Field(description="From the call, the prompts' rendering included")
+    time_to_first_token: float | None = Field(description="From the call to the first text")
 
 
 class RelayResult(BaseModel):

@@ -21,6 +21,7 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
@@ -111,6 +112,7 @@ class RelaySwitcher:
         policy absorbs.
         """
         chat = ChatInput(list(messages), tools, dict(chat_template_kwargs or {}))
+        started = time.perf_counter()
         large, small = await asyncio.gather(
             self._prepare("large", chat), self._prepare("small", chat), return_exceptions=True
         )
@@ -132,6 +134,7 @@ class RelaySwitcher:
             context_windows={role: window for role, (_, window) in prepared.items()},
             sampling=sampling or self.config.sampling,
             request_hook=request_hook,
+            started=started,
         )
         run.small_available = "small" in prepared
         try:

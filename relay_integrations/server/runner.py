@@ -38,6 +38,7 @@ def uvicorn_config(relay: RelayServer) -> uvicorn.Config:
         host=settings.host,
         port=settings.port,
         timeout_graceful_shutdown=settings.shutdown_timeout,
+        timeout_keep_alive=settings.keep_alive_timeout,
         log_config=None,  # ours: configure_logging
         access_log=False,  # the relay logs each request, with its id
         lifespan="on",

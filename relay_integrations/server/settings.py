@@ -49,6 +49,13 @@ class ServerSettings(BaseModel):
         description="On SIGTERM: seconds in-flight streams may take to finish before they are "
         "cut (and their upstream requests cancelled)",
     )
+    keep_alive_timeout: int = Field(
+        default=75,
+        ge=1,
+        description="Seconds an idle client connection stays open; longer than clients' own "
+        "idle limits (httpx 5 s, load balancers 60 s), so that a client never reuses a "
+        "connection the server is closing",
+    )
     health_timeout: float = Field(
         default=5.0, gt=0, description="Seconds each upstream has to answer a health check"
     )

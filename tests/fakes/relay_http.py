@@ -46,7 +46,7 @@ class ServedRelay:
 
 @contextmanager
 def relay_http(relay: RelayServer) -> Iterator[ServedRelay]:
-    sock = socket.socket()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(relay.app(), log_config=None, access_log=False, lifespan="on")
     server = DrainingServer(config, relay)

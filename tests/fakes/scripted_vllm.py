@@ -231,7 +231,7 @@ class ScriptedVLLM:
                 Route("/v1/completions", self._completions, methods=["POST"]),
             ]
         )
-        sock = socket.socket()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
         self._sock = sock

@@ -25,7 +25,7 @@ async def test_cookies_set_by_a_server_are_not_sent_back() -> None:
         response.set_cookie("replica", "pod-1")
         return response
 
-    sock = socket.socket()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY
     sock.bind(("127.0.0.1", 0))
     app = Starlette(routes=[Route("/v1/models", models)])
     server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off"))
