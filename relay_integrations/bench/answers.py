@@ -16,7 +16,8 @@ import threading
 from dataclasses import dataclass
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_LETTER = re.compile(r"^\s*(?:\\text\{)?\s*\(?\s*([A-Z])\s*\)?\s*\}?\s*[.:]?\s*$")
+_LETTER = re.compile(r"^\s*(?:\\[a-z]+\s*\{)?\s*\(?\s*([A-Z])\s*(?:\)|\}|[.:]|\s|$)")
+"""A boxed choice: ``B``, ``(B)``, ``\text{(C)}``, ``\textbf{(B)}``, ``(B) 12`` (AMC style)."""
 # "answer is (c)" or "answer: C", not "answer is a multiple of 4"
 _ANSWER_IS = re.compile(r"(?i:answer\s*(?:is|:))\s*(?:\(\s*([A-Za-z])\s*\)|([A-Z])\b)")
 

@@ -10,6 +10,7 @@ All three are timed the same way, by the caller's clock, rendering included::
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Literal
 
@@ -77,7 +78,8 @@ async def generate(
         record.error = f"{type(failed).__name__}: {failed}"
         return record
     record.seconds = time.perf_counter() - started
-    graded = grade(record.answer, problem.answer, problem.letters)
+    # off the event loop: sympy may take a while, and other generations are being timed
+    graded = await asyncio.to_thread(grade, record.answer, problem.answer, problem.letters)
     record.extracted, record.correct = graded.extracted, graded.correct
     return record
 

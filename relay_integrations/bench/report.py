@@ -25,6 +25,11 @@ def markdown_table(summaries: dict[Mode, ModeSummary]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for summary in summaries.values():
+        if not summary.generations:
+            lines.append(
+                f"| {summary.mode} | - | - | - | - | - | - | - | - | - | 0 | {summary.errors} |"
+            )
+            continue
         tokens = summary.tokens_per_generation
         speedup = f"{summary.speedup:.2f}x" if summary.speedup is not None else "-"
         lines.append(
@@ -42,6 +47,8 @@ def write_plot(summaries: dict[Mode, ModeSummary], path: str | Path, title: str 
     plt = pyplot()
     figure, axes = plt.subplots(figsize=(6, 4.2))
     for summary in summaries.values():
+        if not summary.generations:
+            continue  # every generation failed: nothing to place
         axes.errorbar(
             [summary.mean_seconds],
             [100 * summary.pass_at_1],

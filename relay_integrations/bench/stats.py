@@ -37,7 +37,8 @@ class ModeSummary(BaseModel):
 
 
 def summarize(records: Iterable[BenchRecord]) -> dict[Mode, ModeSummary]:
-    """One summary per mode that has graded records (failed generations are only counted)."""
+    """One summary per mode that was run; failed generations are counted, not graded (a mode
+    whose every generation failed has a summary with no generations and its errors)."""
     by_mode: dict[Mode, list[BenchRecord]] = defaultdict(list)
     errors: dict[Mode, int] = defaultdict(int)
     for record in latest(records):
@@ -46,9 +47,11 @@ def summarize(records: Iterable[BenchRecord]) -> dict[Mode, ModeSummary]:
         else:
             errors[record.mode] += 1
     summaries = {
-        mode: _summary(mode, by_mode[mode], errors[mode]) for mode in MODES if by_mode[mode]
+        mode: _summary(mode, by_mode[mode], errors[mode])
+        for mode in MODES
+        if by_mode[mode] or errors[mode]
     }
-    if "large" in summaries:
+    if "large" in summaries and summaries["large"].generations:
         baseline = summaries["large"].mean_seconds
         for summary in summaries.values():
             summary.speedup = baseline / summary.mean_seconds if summary.mean_seconds else None
@@ -69,6 +72,21 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 def _summary(mode: Mode, records: list[BenchRecord], errors: int) -> ModeSummary:
+    if not records:
+        return ModeSummary(
+            mode=mode,
+            problems=0,
+            generations=0,
+            errors=errors,
+            pass_at_1=0.0,
+            pass_at_1_se=0.0,
+            mean_seconds=0.0,
+            p90_seconds=0.0,
+            speedup=None,
+            large_share=0.0,
+            switches_per_generation=0.0,
+            tokens_per_generation={},
+        )
     per_problem: dict[str, list[bool]] = defaultdict(list)
     for record in records:
         per_problem[record.problem_id].append(record.correct)

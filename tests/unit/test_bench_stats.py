@@ -149,9 +149,14 @@ def test_errors_are_counted_but_not_graded() -> None:
     assert summary.p90_seconds == pytest.approx(2.0)
 
 
-def test_a_mode_with_only_errors_has_no_summary() -> None:
+def test_a_mode_with_only_errors_stays_in_the_report_with_its_errors() -> None:
     records = [*graded("large", {"p1": [1]}), record("relay", "p1", error="boom")]
-    assert list(summarize(records)) == ["large"]
+    summaries = summarize(records)
+    assert list(summaries) == ["large", "relay"]
+    relay = summaries["relay"]
+    assert (relay.generations, relay.errors, relay.speedup) == (0, 1, None)
+    row = markdown_table(summaries).splitlines()[-1]
+    assert row == "| relay |" + " - |" * 9 + " 0 | 1 |"
 
 
 def test_latest_keeps_the_last_record_of_a_mode_problem_and_sample() -> None:
