@@ -45,6 +45,10 @@ def test_extract_boxed(text: str, boxed: str | None) -> None:
         (r"\boxed{(B)}", "B"),
         (r"\boxed{ ( B ) }", "B"),
         (r"\boxed{\text{(C)}}", "C"),
+        (r"\boxed{\textbf{(B)}}", "B"),  # AMC solutions box their choice like this
+        (r"\boxed{(B) 12}", "B"),
+        (r"\boxed{\mathrm{E}}", "E"),
+        (r"\boxed{Bob}", None),  # a word, not a letter
         (r"\boxed{E.}", "E"),
         ("The answer is (D).", "D"),
         ("Answer: B", "B"),
