@@ -1,19 +1,27 @@
-"""The upstream client keeps no cookies: a cookie-affinity router in front of vLLM would
-otherwise pin every later generation of a relay process to one replica."""
+"""The upstream client: no cookies (a cookie-affinity router in front of vLLM would otherwise
+pin every later generation of a relay process to one replica), and server-sent error events."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
+from collections.abc import AsyncIterator
 
+import pytest
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from relay_integrations.core.config import EndpointConfig
-from relay_integrations.core.endpoint import Endpoint
+from relay_integrations.core.endpoint import (
+    CompletionRequest,
+    Endpoint,
+    StreamInterrupted,
+    UpstreamFailure,
+)
 
 
 async def test_cookies_set_by_a_server_are_not_sent_back() -> None:
@@ -43,3 +51,54 @@ async def test_cookies_set_by_a_server_are_not_sent_back() -> None:
         server.should_exit = True
         await task
     assert cookies_sent == [None, None]
+
+
+def _chunk(text: str) -> str:
+    return "data: " + json.dumps({"choices": [{"text": text, "finish_reason": None}]}) + "\n\n"
+
+
+async def _serve_events(*events: str) -> tuple[uvicorn.Server, asyncio.Task[None], str]:
+    async def completions(request: Request) -> Response:
+        async def body() -> AsyncIterator[str]:
+            for event in events:
+                yield event
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    app = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
+    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    return server, task, f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+
+
+async def test_server_sent_error_events_fail_the_request_or_interrupt_the_stream() -> None:
+    """vLLM reports some failures as an ``{"error": ...}`` event: before any text it fails the
+    request (not retried: it is an answer, not a lost connection); after text it interrupts
+    the stream, keeping what arrived, so the switcher can resume."""
+    error = 'data: {"error": {"message": "engine died", "code": 500}}\n\n'
+    request = CompletionRequest(prompt="Hi", max_tokens=8)
+    server, task, url = await _serve_events(error)
+    endpoint = Endpoint(EndpointConfig(base_url=url, model="m", max_retries=2), "large")
+    try:
+        with pytest.raises(UpstreamFailure, match="engine died"):
+            [piece async for piece in endpoint.stream_completion(request)]
+    finally:
+        await endpoint.aclose()
+        server.should_exit = True
+        await task
+    server, task, url = await _serve_events(_chunk("Hello"), _chunk(" there"), error)
+    endpoint = Endpoint(EndpointConfig(base_url=url, model="m"), "large")
+    received = []
+    try:
+        with pytest.raises(StreamInterrupted) as interrupted:
+            async for piece in endpoint.stream_completion(request):
+                received.append(piece.text)
+    finally:
+        await endpoint.aclose()
+        server.should_exit = True
+        await task
+    assert received == ["Hello", " there"] and interrupted.value.text == "Hello there"
