@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -67,3 +68,13 @@ def relay_http(relay: RelayServer) -> Iterator[ServedRelay]:
         server.should_exit = True
         thread.join(timeout=30)
         loop.close()
+
+
+def eventually(check: Callable[[], bool], seconds: float = 5.0) -> bool:
+    """Whether `check` holds within `seconds` (polled)."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True

@@ -8,8 +8,7 @@ import io
 import json
 import logging
 import socket
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
@@ -22,7 +21,7 @@ from relay_integrations.core import EndpointConfig, RelayConfig, SwitchPolicy
 from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.server.logs import JsonFormatter
 from tests.fakes.capable_model import CAPABLE_CUES, capable_server
-from tests.fakes.relay_http import ServedRelay, relay_http
+from tests.fakes.relay_http import ServedRelay, eventually, relay_http
 from tests.fakes.scripted_vllm import ScriptedVLLM
 from tests.fakes.threaded import serving
 
@@ -96,16 +95,6 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def eventually(check: Callable[[], bool], seconds: float = 5.0) -> bool:
-    """Whether `check` holds within `seconds` (polled)."""
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def metric_samples(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -20,7 +20,7 @@ import pytest
 from relay_integrations.core import EndpointConfig, RelayConfig, SwitchPolicy
 from relay_integrations.server import RelayServer
 from tests.fakes.capable_model import CAPABLE_CUES, capable_server
-from tests.fakes.relay_http import ServedRelay, relay_http
+from tests.fakes.relay_http import ServedRelay, eventually, relay_http
 from tests.fakes.scripted_vllm import Fault, ScriptedVLLM
 from tests.fakes.threaded import serving
 
@@ -62,15 +62,6 @@ def relay(
         policy=policy or SwitchPolicy(cooldown_tokens=0),
     )
     return RelayServer(config)
-
-
-def eventually(check: Callable[[], bool], seconds: float = 5.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 @contextmanager
