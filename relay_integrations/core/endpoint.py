@@ -1,4 +1,4 @@
-"""One upstream vLLM server: a reused ``openai.AsyncOpenAI`` client, retries, concurrency.
+"""One upstream vLLM server: reused ``openai.AsyncOpenAI`` clients, retries, concurrency.
 
 Requests that fail before their first token (refused connection, 408/409/429, 5xx) are retried
 with exponential backoff, honouring ``Retry-After``. A stream that breaks after it has produced
@@ -27,6 +27,7 @@ import openai
 from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from .client_shards import ClientShards
 from .config import EndpointConfig, ModelRole
 from .errors import RelayError, ServerSetupError
 
@@ -95,7 +96,13 @@ class Endpoint:
     def __init__(self, config: EndpointConfig, role: ModelRole) -> None:
         self.config = config
         self.role: ModelRole = role
-        self._client = openai.AsyncOpenAI(
+        self._clients = ClientShards(self._make_client)
+        self._slots = asyncio.Semaphore(config.max_concurrency)
+        self._model_info: ModelInfo | None = None
+
+    def _make_client(self) -> openai.AsyncOpenAI:
+        config = self.config
+        return openai.AsyncOpenAI(
             base_url=config.base_url,
             api_key=config.api_key.get_secret_value() if config.api_key else "EMPTY",
             timeout=openai.Timeout(config.read_timeout, connect=config.connect_timeout),
@@ -105,16 +112,14 @@ class Endpoint:
             # process to the vLLM replica that set it; the session header routes instead.
             http_client=openai.DefaultAsyncHttpxClient(cookies=_refusing_cookie_jar()),
         )
-        self._slots = asyncio.Semaphore(config.max_concurrency)
-        self._model_info: ModelInfo | None = None
 
     async def aclose(self) -> None:
-        await self._client.close()
+        await self._clients.aclose()
 
     async def model_info(self) -> ModelInfo:
         """The served model's record from ``/v1/models`` (fetched once, then cached)."""
         if self._model_info is None:
-            page = await self._with_retries(self._client.models.list)
+            page = await self._with_retries(self._list_models)
             for model in page.data:
                 if model.id == self.config.model:
                     extra = model.model_extra or {}
@@ -137,8 +142,8 @@ class Endpoint:
         url = self.config.server_root + path
 
         async def post() -> object:
-            async with self._slots:
-                return await self._client.post(url, body=dict(body), cast_to=object)
+            async with self._slots, self._clients.lease() as client:
+                return await client.post(url, body=dict(body), cast_to=object)
 
         data = await self._with_retries(post)
         if not isinstance(data, dict):
@@ -147,8 +152,8 @@ class Endpoint:
 
     async def stream_completion(self, request: CompletionRequest) -> AsyncIterator[StreamPiece]:
         """Stream one completion. Retries until the first piece; see the module docstring."""
-        async with self._slots:
-            response, pieces, piece = await self._with_retries(lambda: self._open(request))
+        async with self._slots, self._clients.lease() as client:
+            response, pieces, piece = await self._with_retries(lambda: self._open(client, request))
             received = ""
             try:
                 while piece is not None:
@@ -172,8 +177,12 @@ class Endpoint:
             raise UpstreamFailure(self.role, final) from final
         raise AssertionError("unreachable: tenacity either returns or raises")
 
+    async def _list_models(self) -> Any:
+        async with self._clients.lease() as client:
+            return await client.models.list()
+
     async def _open(
-        self, request: CompletionRequest
+        self, client: openai.AsyncOpenAI, request: CompletionRequest
     ) -> tuple[openai.AsyncAPIResponse[Any], AsyncIterator[StreamPiece], StreamPiece | None]:
         """Open the stream and read its first piece (what a retry may repeat).
 
@@ -188,7 +197,7 @@ class Endpoint:
         }
         if request.top_k is not None:
             extra_body["top_k"] = request.top_k
-        opening = self._client.completions.with_streaming_response.create(
+        opening = client.completions.with_streaming_response.create(
             model=self.config.model,
             prompt=request.prompt,
             max_tokens=request.max_tokens,
@@ -256,13 +265,19 @@ class UpstreamErrorEvent(RelayError):
 
 
 async def _server_sent_pieces(lines: AsyncIterator[str]) -> AsyncIterator[StreamPiece]:
-    """The pieces of a ``/v1/completions`` event stream, up to ``[DONE]``."""
+    """The pieces of a ``/v1/completions`` event stream, up to ``[DONE]``.
+
+    The body is read to its end after ``[DONE]``: a response closed before its end closes its
+    connection too, and every request would then open a new one.
+    """
+    done = False
     async for line in lines:
-        if not line.startswith("data:"):
+        if done or not line.startswith("data:"):
             continue  # blank separators, comments, other fields
         data = line[5:].strip()
         if data == "[DONE]":
-            return
+            done = True
+            continue
         try:
             chunk = json.loads(data)
         except json.JSONDecodeError:

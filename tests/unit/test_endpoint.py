@@ -102,3 +102,54 @@ async def test_server_sent_error_events_fail_the_request_or_interrupt_the_stream
         server.should_exit = True
         await task
     assert received == ["Hello", " there"] and interrupted.value.text == "Hello there"
+
+
+async def test_many_concurrent_streams_spread_over_client_shards_and_keep_their_connections() -> (
+    None
+):
+    """40 streams at once need two HTTP clients (32 requests each at most, so that httpx's
+    pool bookkeeping stays cheap); a second round reuses the first round's connections."""
+    release = asyncio.Event()
+    peers: list[int] = []
+
+    async def completions(request: Request) -> Response:
+        assert request.client is not None
+        peers.append(request.client.port)
+
+        async def body() -> AsyncIterator[str]:
+            yield _chunk("Hello")
+            await release.wait()
+            yield _chunk(" there")
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    app = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
+    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    endpoint = Endpoint(EndpointConfig(base_url=url, model="m", max_concurrency=40), "large")
+    request = CompletionRequest(prompt="Hi", max_tokens=8)
+
+    async def text() -> str:
+        return "".join([piece.text async for piece in endpoint.stream_completion(request)])
+
+    try:
+        for opened in (40, 80):
+            release.clear()
+            streams = [asyncio.create_task(text()) for _ in range(40)]
+            while len(peers) < opened:  # all 40 streams open at once
+                await asyncio.sleep(0.01)
+            release.set()
+            assert await asyncio.gather(*streams) == ["Hello there"] * 40
+        assert endpoint._clients.clients == 2
+    finally:
+        await endpoint.aclose()
+        server.should_exit = True
+        await task
+    first_round, second_round = set(peers[:40]), set(peers[40:])
+    assert len(first_round) == 40 and second_round == first_round
