@@ -56,6 +56,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
+import scripted_upstream
+from scripted_upstream import cpu_seconds, stop
 
 from relay_integrations.core import EndpointConfig, RelayConfig, RelaySwitcher, SwitchPolicy
 from relay_integrations.core.chat import (
@@ -67,51 +69,10 @@ from relay_integrations.core.chat import (
 )
 from relay_integrations.progress import Progress
 
-REPO = Path(__file__).resolve().parents[1]
 CUES = ["Therefore,", "Now"]  # tests.fakes.capable_model.CAPABLE_CUES
 EXPECTED_SWITCHES = 2  # the capable model's reasoning has one "Therefore," and one "Now"
 SAMPLE_EVERY = 0.05  # seconds between VmRSS samples
 KEEP_PROMPTS = 32  # prompts the fake upstream remembers for its cached-token figures
-
-
-# --- the upstream (own process) -------------------------------------------------------------
-
-
-class _Recent(list[Any]):
-    """A list that keeps only its last `size` items.
-
-    The scripted model remembers every prompt (and request) to compute cached tokens, and scans
-    them all on each request: over thousands of requests the upstream would slow down as the
-    run goes on. Keeping the last few keeps it equally fast from the first round to the last.
-    """
-
-    def __init__(self, size: int) -> None:
-        super().__init__()
-        self.size = size
-
-    def append(self, item: Any) -> None:
-        super().append(item)
-        if len(self) > self.size:
-            del self[0]
-
-
-def run_upstream(token_delay: float) -> None:
-    """Serve the capable scripted models; print the base URL; run until terminated."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the benchmark stops it (SIGTERM), also on ^C
-    sys.path.insert(0, str(REPO))
-    from tests.fakes.capable_model import capable_server
-
-    async def serve() -> None:
-        server = capable_server(token_delay=token_delay)
-        for model in server.models.values():
-            model._seen_prompts = _Recent(KEEP_PROMPTS)
-            model.requests = _Recent(KEEP_PROMPTS)
-            model.headers = _Recent(KEEP_PROMPTS)
-        async with server:
-            print(server.base_url, flush=True)
-            await asyncio.Event().wait()
-
-    asyncio.run(serve())
 
 
 # --- processes ------------------------------------------------------------------------------
@@ -122,17 +83,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def start_upstream(token_delay: float, log: IO[bytes]) -> tuple[subprocess.Popen[bytes], str]:
-    command = [sys.executable, __file__, "--upstream", "--token-delay", str(token_delay)]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log)
-    assert proc.stdout is not None
-    line = proc.stdout.readline().decode().strip()  # the base URL, once it listens
-    if not line.startswith("http"):
-        proc.wait(timeout=10)
-        raise RuntimeError(f"the scripted upstream did not start (exit {proc.returncode})")
-    return proc, line
 
 
 def server_command(upstream: str, port: int, max_generations: int) -> list[str]:
@@ -165,17 +115,6 @@ def start_server(
     return subprocess.Popen(command, env={**inherited, **env}, stdout=log, stderr=log)
 
 
-def stop(proc: subprocess.Popen[bytes] | None) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
 async def wait_healthy(client: httpx.AsyncClient, url: str, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -201,13 +140,6 @@ def memory_mb(pid: int) -> dict[str, float]:
         if key in ("VmRSS", "VmHWM"):
             fields[key] = int(value.split()[0]) / 1024
     return fields
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of `pid` so far."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def machine_busy_seconds() -> float:
@@ -722,7 +654,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     if args.upstream:
-        run_upstream(args.token_delay)
+        scripted_upstream.serve(args.token_delay, KEEP_PROMPTS)
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the children are stopped
     facts = machine_facts(args)
@@ -749,7 +681,9 @@ def run(
     upstream_proc: subprocess.Popen[bytes] | None = None
     server: subprocess.Popen[bytes] | None = None
     try:
-        upstream_proc, upstream = start_upstream(args.token_delay, upstream_log)
+        upstream_proc, upstream = scripted_upstream.start(
+            [__file__, "--upstream", "--token-delay", str(args.token_delay)], upstream_log
+        )
         port = free_port()
         command = server_command(upstream, port, max(1000, args.concurrency))
         env = server_env(args.endpoint_concurrency)

@@ -1,0 +1,263 @@
+"""2-4. One generation of each kind: the relay, the published loop, the large model alone."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any, cast
+
+import openai
+from openai.types.chat import ChatCompletionMessageParam
+
+from relay_integrations.core import (
+    EndpointConfig,
+    RelayConfig,
+    RelaySwitcher,
+    SamplingConfig,
+    SwitchPolicy,
+)
+from relay_integrations.core.config import ModelRole
+from relay_integrations.core.result import Phase
+
+from .forcing import Forcer, TokenForcing
+from .recording import Generation, RecordingEndpoint, RequestRecord
+from .servers import Server, Tokenizer
+from .settings import (
+    AUTHORS_MIN_TOKENS,
+    AUTHORS_SENTENCE_ENDS,
+    BUDGET,
+    CUES,
+    SAMPLING,
+    THINK_END,
+)
+from .traces import Trace
+
+
+class Relay:
+    """One ``RelaySwitcher`` over the two servers, reused by every run (as in production)."""
+
+    def __init__(self, servers: Mapping[ModelRole, Server]) -> None:
+        config = RelayConfig(
+            large=EndpointConfig(base_url=servers["large"].url, model=servers["large"].model),
+            small=EndpointConfig(base_url=servers["small"].url, model=servers["small"].model),
+            cues=CUES,
+            sampling=SamplingConfig(max_tokens=BUDGET, temperature=0.6, top_p=0.95, top_k=20),
+            policy=SwitchPolicy(),  # cool-down 5 tokens, like the authors' min_tokens=5
+        )
+        self.switcher = RelaySwitcher(config)
+        self.endpoints: dict[ModelRole, RecordingEndpoint] = {
+            "large": RecordingEndpoint(config.large, "large"),
+            "small": RecordingEndpoint(config.small, "small"),
+        }
+
+    async def start(self) -> None:
+        await asyncio.gather(*(e.aclose() for e in self.switcher.endpoints.values()))
+        self.switcher.endpoints.update(self.endpoints)
+
+    async def generate(
+        self, trace: Trace, mode: str, run: int, force: Forcer, tokens: TokenForcing
+    ) -> Generation:
+        for endpoint in self.endpoints.values():
+            endpoint.log = []
+
+        def hook(role: ModelRole, phase: Phase, transcript: str) -> Mapping[str, Any]:
+            self.endpoints[role].phase = phase
+            return force(transcript)
+
+        messages = trace.messages(uuid.uuid4().hex)
+        started = time.perf_counter()
+        result = await self.switcher.generate(messages, request_hook=hook)
+        wall = time.perf_counter() - started
+        requests = sorted(
+            self.endpoints["large"].log + self.endpoints["small"].log, key=lambda r: r.sent
+        )
+        return Generation(
+            "relay",
+            mode,
+            trace.name,
+            run,
+            wall,
+            requests,
+            result.text,
+            trace.text,
+            prepare=requests[0].sent - started,  # model info (cached) and prompt rendering
+            switches=result.stats.switches,
+            fallbacks=tokens.fallbacks,
+        )
+
+    async def aclose(self) -> None:
+        await self.switcher.aclose()
+
+
+def authors_generate(
+    clients: Mapping[ModelRole, openai.OpenAI],
+    trace: Trace,
+    mode: str,
+    run: int,
+    force: Forcer,
+    tokens: TokenForcing,
+) -> Generation:
+    """The published loop (utils.relaygen_chat_completions), re-implemented minimally.
+
+    Synchronous like theirs; the same cues, forcing and sampling as the relay's runs.
+    """
+    messages = trace.messages(uuid.uuid4().hex)
+    requests: list[RequestRecord] = []
+    generated, completion, large = "", 0, True
+    switches = 0
+
+    def request(role: ModelRole, stop: list[str] | None, first: bool) -> RequestRecord:
+        client = clients[role]
+        phase = "answer" if THINK_END in generated else "reasoning"
+        record = RequestRecord(role, time.perf_counter(), phase=phase)
+        model = client.models.list().data[0].id  # their get_model(): every request
+        record.models_seconds = time.perf_counter() - record.sent
+        body: dict[str, Any] = {
+            "add_generation_prompt": first,
+            "continue_final_message": not first,
+            "include_stop_str_in_output": True,
+            "chat_template_kwargs": {"enable_thinking": True},
+            "top_k": SAMPLING["top_k"],
+            **force(generated),
+        }
+        if role == "large" and stop is not None:
+            body["min_tokens"] = min(AUTHORS_MIN_TOKENS, BUDGET - completion)
+        chat = [*messages, {"role": "assistant", "content": generated}]
+        record.chat = {
+            "messages": chat,
+            "add_generation_prompt": first,
+            "continue_final_message": not first,
+            "chat_template_kwargs": {"enable_thinking": True},
+        }
+        response = client.chat.completions.create(
+            model=model,
+            messages=cast(list[ChatCompletionMessageParam], chat),
+            temperature=SAMPLING["temperature"],
+            top_p=SAMPLING["top_p"],
+            max_tokens=BUDGET - completion,
+            stop=stop,
+            extra_body=body,
+        )
+        record.done = time.perf_counter()
+        choice = response.choices[0]
+        extra = choice.model_extra or {}
+        record.text = choice.message.content or ""
+        record.finish_reason, record.stop_reason = choice.finish_reason, extra.get("stop_reason")
+        usage = response.usage
+        assert usage is not None
+        record.prompt_tokens, record.completion_tokens = (
+            usage.prompt_tokens,
+            usage.completion_tokens,
+        )
+        details = usage.prompt_tokens_details
+        record.cached_tokens = (details.cached_tokens or 0) if details else 0
+        requests.append(record)
+        return record
+
+    started = time.perf_counter()
+    while completion < BUDGET:
+        role: ModelRole = "large" if large else "small"
+        stops = [THINK_END] + (list(CUES) if large else AUTHORS_SENTENCE_ENDS)
+        record = request(role, stops, first=generated == "")
+        if not record.text:
+            break
+        generated += record.text
+        completion += record.completion_tokens
+        if record.finish_reason == "stop":
+            if large and any(record.text.endswith(cue) for cue in CUES):
+                large, switches = False, switches + 1
+            elif not large and any(record.text.endswith(e) for e in AUTHORS_SENTENCE_ENDS):
+                large = True
+        if THINK_END in record.text:
+            break
+    if THINK_END not in generated:
+        generated += "\n" + THINK_END
+    answer = ""
+    if completion < BUDGET:
+        answer = request("small", None, first=False).text
+    wall = time.perf_counter() - started
+    return Generation(
+        "authors",
+        mode,
+        trace.name,
+        run,
+        wall,
+        requests,
+        generated + answer,
+        trace.text,
+        switches=switches,
+        fallbacks=tokens.fallbacks,
+    )
+
+
+async def large_alone(
+    client: openai.AsyncOpenAI,
+    server: Server,
+    prompt: str,
+    trace: Trace,
+    mode: str,
+    run: int,
+    force: Forcer,
+) -> Generation:
+    """The large model writing the whole trace in one streamed request (the paper's baseline)."""
+    record = RequestRecord("large", time.perf_counter(), prompt_text=prompt, phase="all")
+    stream = await client.completions.create(
+        model=server.model,
+        prompt=prompt,
+        max_tokens=BUDGET,
+        temperature=SAMPLING["temperature"],
+        top_p=SAMPLING["top_p"],
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={
+            "top_k": SAMPLING["top_k"],
+            "add_special_tokens": False,
+            **force(""),
+        },
+    )
+    async for chunk in stream:
+        if chunk.choices:
+            record.first = record.first or time.perf_counter()
+            record.text += chunk.choices[0].text or ""
+        if chunk.usage is not None:
+            record.prompt_tokens = chunk.usage.prompt_tokens
+            record.completion_tokens = chunk.usage.completion_tokens
+            details = chunk.usage.prompt_tokens_details
+            record.cached_tokens = (details.cached_tokens or 0) if details else 0
+    record.done = time.perf_counter()
+    wall = record.done - record.sent
+    return Generation("large_alone", mode, trace.name, run, wall, [record], record.text, trace.text)
+
+
+async def authors_rendering(tok: Tokenizer, trace: Trace) -> dict[str, str]:
+    """What the server renders for the published loop's requests (the assistant turn)."""
+    messages = trace.messages("example")
+    base = await tok.render(messages)  # ... + "<|im_start|>assistant\n" (the relay's prefix)
+    cut = trace.text.index("Therefore,") + len("Therefore,")
+    reasoning = trace.text[: trace.text.index(THINK_END) + len(THINK_END)]
+    cases = {
+        "first request (theirs: add_generation_prompt, empty assistant turn)": ("", True),
+        "first request (continue_final_message, empty content)": ("", False),
+        "mid-reasoning (partial <think>)": (trace.text[:cut], False),
+        "answer request (reasoning closed)": (reasoning, False),
+    }
+    shown = {}
+    for name, (content, first) in cases.items():
+        ids = await tok.chat_ids(
+            [*messages, {"role": "assistant", "content": content}],
+            add_generation_prompt=first,
+            continue_final_message=not first,
+            chat_template_kwargs={"enable_thinking": True},
+        )
+        text = await tok.text(ids)
+        common = len(base) - len("<|im_start|>assistant\n")
+        tail = text[common:]
+        relay = base[common:] + content
+        if len(tail) > 110:
+            tail = tail[:70] + " ... " + tail[-35:]
+        shown[name] = repr(tail) + (
+            "  (= the relay's)" if text == base + content else f"  (relay: {relay[:40]!r}...)"
+        )
+    return shown

@@ -1,0 +1,162 @@
+"""5. The client's own CPU cost against the scripted upstream (in its own process)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import numpy as np
+from scripted_upstream import cpu_seconds
+
+from relay_integrations.core import EndpointConfig, RelayConfig, RelaySwitcher, SwitchPolicy
+
+from .meters import CpuMeter, log, median, percentile
+from .settings import CAPABLE_CUES, TICK
+
+# plain words: no cue, no number, no "about" (the fake answers by restating the sentence)
+WORDS = [
+    *("apple", "river", "stone", "cloud", "maple", "garden", "silver", "window", "candle"),
+    *("harbor", "meadow", "pencil", "ribbon", "forest", "lantern", "marble", "orchard"),
+    *("pebble", "saddle", "thistle", "valley", "willow", "anchor", "basket", "copper"),
+]
+
+
+def question(words: int) -> str:
+    body = " ".join(WORDS[i % len(WORDS)] for i in range(words))
+    return f"Please describe the list {body}."
+
+
+def fake_switcher(url: str, cues: list[str], concurrency: int = 64) -> RelaySwitcher:
+    return RelaySwitcher(
+        RelayConfig(
+            large=EndpointConfig(base_url=url, model="large", max_concurrency=concurrency),
+            small=EndpointConfig(base_url=url, model="small", max_concurrency=concurrency),
+            cues=cues,
+            policy=SwitchPolicy(cooldown_tokens=0),
+        )
+    )
+
+
+async def client_costs(
+    url: str, fake_pid: int, rounds: int, per_cell: int, concurrent: int, concurrent_runs: int
+) -> dict[str, Any]:
+    cue_sets = {2: CAPABLE_CUES, 1: ["Now"], 0: ["Zebra"]}
+    lengths = [4, 100, 300]
+    switchers = {k: fake_switcher(url, cues) for k, cues in cue_sets.items()}
+    cells: dict[tuple[int, int], dict[str, float]] = {}
+    try:
+        for relay in switchers.values():  # warm-up: imports, connections, pydantic
+            for words in lengths:
+                await relay.generate([{"role": "user", "content": question(words)}])
+        for r in range(rounds):
+            log(f"client CPU fit: round {r + 1}/{rounds}")
+            for k, relay in switchers.items():
+                for words in lengths:
+                    chat = [{"role": "user", "content": question(words)}]
+                    cpu0, wall0 = time.process_time(), time.perf_counter()
+                    results = [await relay.generate(chat) for _ in range(per_cell)]
+                    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+                    cell = cells.setdefault(
+                        (k, words),
+                        {"cpu": 0.0, "wall": 0.0, "tokens": 0, "switches": 0, "gens": 0, "reqs": 0},
+                    )
+                    cell["cpu"] += cpu
+                    cell["wall"] += wall
+                    cell["tokens"] += sum(x.completion_tokens for x in results)
+                    cell["switches"] += sum(x.stats.switches for x in results)
+                    cell["gens"] += len(results)
+                    cell["reqs"] += sum(u.requests for x in results for u in x.usage.values())
+    finally:
+        await asyncio.gather(*(s.aclose() for s in switchers.values()))
+    rows = list(cells.values())
+    design = np.array([[c["tokens"], c["switches"], c["gens"]] for c in rows], dtype=float)
+    target = np.array([c["cpu"] for c in rows], dtype=float)
+    coef, *_ = np.linalg.lstsq(design, target, rcond=None)
+    fitted = design @ coef
+    ss_res = float(np.sum((target - fitted) ** 2))
+    ss_tot = float(np.sum((target - target.mean()) ** 2))
+    fit = {
+        "cpu_per_token_us": float(coef[0]) * 1e6,
+        "cpu_per_switch_ms": float(coef[1]) * 1e3,
+        "cpu_per_generation_ms": float(coef[2]) * 1e3,
+        "r_squared": 1 - ss_res / ss_tot if ss_tot else float("nan"),
+        "max_relative_residual": float(np.max(np.abs(target - fitted) / target)),
+    }
+    cell_rows = [
+        {
+            "switches_per_gen": c["switches"] / c["gens"],
+            "tokens_per_gen": c["tokens"] / c["gens"],
+            "requests_per_gen": c["reqs"] / c["gens"],
+            "cpu_ms_per_gen": 1e3 * c["cpu"] / c["gens"],
+            "wall_ms_per_gen": 1e3 * c["wall"] / c["gens"],
+            "generations": c["gens"],
+        }
+        for c in rows
+    ]
+
+    levels = sorted({n for n in (100, 300) if n < concurrent} | {concurrent})
+    by_level = []
+    for n in levels:
+        runs = []
+        for r in range(concurrent_runs):
+            log(f"{n} concurrent generations: run {r + 1}/{concurrent_runs}")
+            runs.append(await concurrent_generations(url, fake_pid, n))
+        keys = [k for k in runs[0] if isinstance(runs[0][k], int | float)]
+        by_level.append(
+            {
+                "generations": n,
+                "runs": runs,
+                "median": {k: median([float(x[k]) for x in runs]) for k in keys},
+            }
+        )
+    return {"fit": fit, "cells": cell_rows, "concurrent": by_level}
+
+
+async def concurrent_generations(url: str, fake_pid: int, count: int) -> dict[str, Any]:
+    relay = fake_switcher(url, CAPABLE_CUES, concurrency=count)
+    meter = CpuMeter()
+    late: list[float] = []
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        while not stop.is_set():
+            before = time.perf_counter()
+            await asyncio.sleep(TICK)
+            late.append(time.perf_counter() - before - TICK)
+
+    try:
+        await relay.generate([{"role": "user", "content": question(4)}])  # warm
+        chats = [[{"role": "user", "content": f"{question(4)} Item {i}."}] for i in range(count)]
+        tick = asyncio.create_task(ticker())
+        await asyncio.sleep(0.1)
+        idle = list(late)
+        late.clear()
+        since = meter.start()
+        fake0, cpu0, wall0 = cpu_seconds(fake_pid), time.process_time(), time.perf_counter()
+        results = await asyncio.gather(*(relay.generate(c) for c in chats), return_exceptions=True)
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        fake = cpu_seconds(fake_pid) - fake0
+        foreign = max(0.0, meter.foreign(since) - fake)
+        stop.set()
+        await tick
+    finally:
+        await relay.aclose()
+    errors = [r for r in results if isinstance(r, BaseException)]
+    ok = [r for r in results if not isinstance(r, BaseException)]
+    return {
+        "wall_s": wall,
+        "client_cpu_s": cpu,
+        "upstream_cpu_s": fake,
+        "client_cpu_ms_per_generation": 1e3 * cpu / count,
+        "others_cores": foreign / wall,
+        "errors": len(errors),
+        "first_error": repr(errors[0]) if errors else "",
+        "switches_ok": sum(1 for r in ok if r.stats.switches == 2),
+        "tokens": sum(r.completion_tokens for r in ok),
+        "ticks": len(late),
+        "lateness_max_ms": 1e3 * max(late, default=0.0),
+        "lateness_p99_ms": 1e3 * percentile(late, 0.99),
+        "lateness_p50_ms": 1e3 * percentile(late, 0.5),
+        "idle_lateness_max_ms": 1e3 * max(idle, default=0.0),
+    }

@@ -1,0 +1,126 @@
+"""Progress output, medians, and what others did on the shared machine and servers meanwhile."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import httpx
+
+from relay_integrations.core.config import ModelRole
+
+from .servers import Server
+from .settings import REPO
+
+_STARTED = time.monotonic()
+
+
+def log(message: str) -> None:
+    print(f"[{time.monotonic() - _STARTED:6.0f}s] {message}", file=sys.stderr, flush=True)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+class CpuMeter:
+    """CPU time other processes took while we measured (the machine is shared).
+
+    ``foreign`` = all busy CPU time (``/proc/stat``) minus the two test servers' process groups
+    (pids in ``.cache/run/``) and this process: pytest runs, other benchmarks, r1-tiny.
+    """
+
+    def __init__(self, names: Sequence[str] = ("qwen3-large", "qwen3-small")) -> None:
+        self.groups: set[int] = set()
+        for name in names:
+            with contextlib.suppress(OSError, ValueError):
+                self.groups.add(int((REPO / ".cache" / "run" / f"{name}.pid").read_text()))
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def _snapshot(self) -> tuple[float, float, float]:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+        busy = user + nice + system + irq + softirq + steal
+        servers = own = 0
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            ticks = int(stat[11]) + int(stat[12])
+            if int(stat[2]) in self.groups:
+                servers += ticks
+            elif int(entry.name) == os.getpid():
+                own += ticks
+        return busy / self.tick, servers / self.tick, own / self.tick
+
+    def start(self) -> tuple[float, float, float]:
+        return self._snapshot()
+
+    def foreign(self, since: tuple[float, float, float]) -> float:
+        """Seconds of CPU that others used since `since`."""
+        busy, servers, own = self._snapshot()
+        return max(0.0, (busy - since[0]) - (servers - since[1]) - (own - since[2]))
+
+
+class ServerMeter:
+    """Requests and tokens the two servers served for others while we measured.
+
+    Another session may run tests against the same servers (vLLM then batches their requests
+    with ours). From ``/metrics``: finished requests and generated tokens, minus our own.
+    """
+
+    def __init__(self, servers: Mapping[ModelRole, Server], http: httpx.AsyncClient) -> None:
+        self.servers = servers
+        self.http = http
+
+    async def snapshot(self) -> dict[str, tuple[float, float]]:
+        out: dict[str, tuple[float, float]] = {}
+        for role, server in self.servers.items():
+            text = (await self.http.get(server.root + "/metrics")).text
+            requests = tokens = 0.0
+            for line in text.splitlines():
+                if f'model_name="{server.model}"' not in line:
+                    continue
+                if line.startswith("vllm:request_success_total{"):
+                    requests += float(line.rsplit(" ", 1)[1])
+                elif line.startswith("vllm:generation_tokens_total{"):
+                    tokens += float(line.rsplit(" ", 1)[1])
+            out[role] = (requests, tokens)
+        return out
+
+    async def foreign(
+        self, since: dict[str, tuple[float, float]], requests: Counter[str], tokens: Counter[str]
+    ) -> tuple[int, int]:
+        """(requests, tokens) the servers finished or wrote for others since `since`."""
+        now = await self.snapshot()
+        others = [
+            (now[r][0] - since[r][0] - requests[r], now[r][1] - since[r][1] - tokens[r])
+            for r in self.servers
+        ]
+        return round(sum(max(0.0, a) for a, _ in others)), round(
+            sum(max(0.0, b) for _, b in others)
+        )
+
+
+SENT: Counter[str] = Counter()  # requests timed() sent, by server URL
+WRITTEN: Counter[str] = Counter()  # their completion tokens

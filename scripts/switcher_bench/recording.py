@@ -1,0 +1,190 @@
+"""What each request and each generation did: timing, usage, text (per-request records)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from relay_integrations.core import EndpointConfig
+from relay_integrations.core.config import ModelRole
+from relay_integrations.core.endpoint import CompletionRequest, Endpoint, StreamPiece
+
+from .rates import Rates
+from .settings import QUIET
+
+
+@dataclass
+class RequestRecord:
+    """One upstream request: timing, usage, and what the server held (token ids)."""
+
+    role: ModelRole
+    sent: float
+    first: float | None = None
+    done: float | None = None
+    prompt_text: str = ""
+    text: str = ""  # everything the server returned (stop strings included)
+    chat: dict[str, Any] | None = None  # the authors' request: messages and template flags
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+    models_seconds: float = 0.0  # the authors' GET /v1/models before the request
+    phase: str = "reasoning"
+    min_text: int = 0
+    text_tokens: int = 0  # tokens of the returned text in its own (canonical) tokenization
+    prompt_mismatch: bool = False  # /tokenize of the prompt disagrees with usage.prompt_tokens
+
+    @property
+    def prefilled(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "phase": self.phase,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "prefilled": self.prefilled,
+            "min_text": self.min_text,
+            "text_tokens": self.text_tokens,
+            "completion_tokens": self.completion_tokens,
+            "ttft": None if self.first is None else self.first - self.sent,
+            "seconds": None if self.done is None else self.done - self.sent,
+            "models_seconds": self.models_seconds,
+            "stop_reason": self.stop_reason,
+        }
+
+
+class RecordingEndpoint(Endpoint):
+    """The switcher's endpoint, unchanged, recording every request it sends.
+
+    It wraps the public ``stream_completion`` only; the pieces the switcher sees are the
+    endpoint's own.
+    """
+
+    def __init__(self, config: EndpointConfig, role: ModelRole) -> None:
+        super().__init__(config, role)
+        self.log: list[RequestRecord] = []
+        self.phase: str = "reasoning"  # set by the request hook just before each request
+
+    async def stream_completion(self, request: CompletionRequest) -> AsyncIterator[StreamPiece]:
+        record = RequestRecord(
+            self.role, time.perf_counter(), prompt_text=request.prompt, phase=self.phase
+        )
+        self.log.append(record)
+        async for piece in super().stream_completion(request):
+            if record.first is None:
+                record.first = time.perf_counter()
+            record.text += piece.text
+            if piece.finish_reason is not None:
+                record.finish_reason, record.stop_reason = piece.finish_reason, piece.stop_reason
+            if piece.completion_tokens is not None:
+                record.prompt_tokens = piece.prompt_tokens or 0
+                record.cached_tokens = piece.cached_tokens or 0
+                record.completion_tokens = piece.completion_tokens
+            yield piece
+        record.done = time.perf_counter()
+
+
+def own_counts(requests: Sequence[RequestRecord]) -> tuple[Counter[str], Counter[str]]:
+    sent: Counter[str] = Counter()
+    written: Counter[str] = Counter()
+    for r in requests:
+        sent[r.role] += 1
+        written[r.role] += r.completion_tokens
+    return sent, written
+
+
+@dataclass
+class Generation:
+    approach: str  # relay | authors | large_alone
+    mode: str  # regex | tokens
+    trace: str
+    run: int
+    wall: float
+    requests: list[RequestRecord]
+    text: str
+    expected: str
+    prepare: float = 0.0  # relay: prompt rendering before the first request
+    switches: int = 0
+    fallbacks: int = 0
+    ideal: float = 0.0
+    ideal_parts: dict[str, float] = field(default_factory=dict)
+    load: list[float] = field(default_factory=list)
+    foreign_cores: float = 0.0  # CPU others used during it, in cores (CpuMeter)
+    foreign_requests: int = 0  # requests the servers served for others meanwhile
+    foreign_tokens: int = 0
+    rates: dict[str, Rates] = field(default_factory=dict)  # of the round it ran in
+
+    @property
+    def quiet(self) -> bool:
+        """Nobody else used the servers, or much CPU, during it and its round's rates."""
+        rates_quiet = all(r.quiet for r in self.rates.values())
+        return rates_quiet and self.foreign_cores < QUIET and self.foreign_requests == 0
+
+    @property
+    def text_ok(self) -> bool:
+        return self.text == self.expected
+
+    def completion(self, role: str) -> int:
+        return sum(r.completion_tokens for r in self.requests if r.role == role)
+
+    @property
+    def prefilled(self) -> int:
+        return sum(r.prefilled for r in self.requests)
+
+    @property
+    def min_text(self) -> int:
+        return sum(r.min_text for r in self.requests)
+
+    @property
+    def canonical_share(self) -> float:
+        """Tokens of the returned texts (their own tokenization) over the tokens generated:
+        ~1 when the model wrote the canonical tokens, ~0.5 under the plain regex forcing."""
+        total = sum(r.completion_tokens for r in self.requests)
+        return sum(r.text_tokens for r in self.requests) / total if total else float("nan")
+
+    @property
+    def ratio(self) -> float:
+        return self.wall / self.ideal if self.ideal else float("nan")
+
+    def divergence(self) -> str:
+        if self.text_ok:
+            return ""
+        at = next(
+            (i for i, (a, b) in enumerate(zip(self.text, self.expected, strict=False)) if a != b),
+            min(len(self.text), len(self.expected)),
+        )
+        return f"differs at char {at}: got {self.text[at : at + 40]!r}, trace {self.expected[at : at + 40]!r}"
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "approach": self.approach,
+            "mode": self.mode,
+            "trace": self.trace,
+            "run": self.run,
+            "wall": self.wall,
+            "ideal": self.ideal,
+            "ratio": self.ratio,
+            "ideal_parts": self.ideal_parts,
+            "prepare": self.prepare,
+            "requests": len(self.requests),
+            "switches": self.switches,
+            "completion": {r: self.completion(r) for r in ("large", "small")},
+            "prefilled": self.prefilled,
+            "min_text": self.min_text,
+            "prompt_mismatches": sum(r.prompt_mismatch for r in self.requests),
+            "text_ok": self.text_ok,
+            "divergence": self.divergence(),
+            "token_forcing_fallbacks": self.fallbacks,
+            "canonical_share": self.canonical_share,
+            "load": self.load,
+            "foreign_cores": self.foreign_cores,
+            "foreign_requests": self.foreign_requests,
+            "foreign_tokens": self.foreign_tokens,
+            "per_request": [r.summary() for r in self.requests],
+        }
