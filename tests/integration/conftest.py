@@ -67,6 +67,14 @@ async def running_requests(root: str) -> float:
     )
 
 
+def pair_options(large: Server, small: Server) -> list[str]:
+    """The ``relaygen`` options that name the two servers and models."""
+    return [
+        *("--large-url", large.url, "--large-model", large.large_model),
+        *("--small-url", small.url, "--small-model", small.small_model),
+    ]
+
+
 def qwen_relay_fields(large: Server, small: Server, **fields: object) -> dict[str, object]:
     """Settings of a LangChain or LlamaIndex relay model over the tiny Qwen3 pair."""
     from relay_integrations.core import SwitchPolicy

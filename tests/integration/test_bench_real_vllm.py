@@ -19,7 +19,7 @@ from relay_integrations.cli import main
 from relay_integrations.core import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
 from relay_integrations.testing import forcing
 
-from .conftest import Server
+from .conftest import Server, pair_options
 
 pytestmark = pytest.mark.vllm
 
@@ -84,14 +84,7 @@ def test_the_command_writes_results_table_and_plot(
             str(out),
             "--samples",
             "1",
-            "--large-url",
-            qwen_large.url,
-            "--large-model",
-            qwen_large.large_model,
-            "--small-url",
-            qwen_small.url,
-            "--small-model",
-            qwen_small.small_model,
+            *pair_options(qwen_large, qwen_small),
             "--cues",
             '["Therefore,", "Now"]',
             "--max-tokens",

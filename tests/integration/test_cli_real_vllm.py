@@ -9,7 +9,7 @@ import pytest
 
 from relay_integrations.core import RelayResult
 
-from .conftest import Server
+from .conftest import Server, pair_options
 
 pytestmark = pytest.mark.vllm
 
@@ -32,14 +32,7 @@ def test_generate_prints_a_result(qwen_large: Server, qwen_small: Server) -> Non
         "40",
         "--seed",
         "1",
-        "--large-url",
-        qwen_large.url,
-        "--large-model",
-        qwen_large.large_model,
-        "--small-url",
-        qwen_small.url,
-        "--small-model",
-        qwen_small.small_model,
+        *pair_options(qwen_large, qwen_small),
         "--cues",
         '["Therefore", "So "]',
     )
@@ -53,17 +46,8 @@ def test_generate_prints_a_result(qwen_large: Server, qwen_small: Server) -> Non
 def test_errors_say_what_to_fix(qwen_large: Server) -> None:
     missing = relaygen("hi", "--large-url", qwen_large.url, "--large-model", "x")
     assert missing.returncode == 2 and "--small-url" in missing.stderr
-    wrong_pair = relaygen(
-        "hi",
-        "--large-url",
-        qwen_large.url,
-        "--large-model",
-        qwen_large.large_model,
-        "--small-url",
-        qwen_large.url,
-        "--small-model",
-        qwen_large.large_model,
-    )
+    same_model_twice = Server(qwen_large.url, "", small_model=qwen_large.large_model)
+    wrong_pair = relaygen("hi", *pair_options(qwen_large, same_model_twice))
     assert wrong_pair.returncode == 1
     assert "calibrated for large model 'Qwen/Qwen3-32B'" in wrong_pair.stderr
     assert "Traceback" not in wrong_pair.stderr

@@ -33,15 +33,8 @@ async def test_cookies_set_by_a_server_are_not_sent_back() -> None:
         response.set_cookie("replica", "pod-1")
         return response
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY
-    sock.bind(("127.0.0.1", 0))
-    app = Starlette(routes=[Route("/v1/models", models)])
-    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        await asyncio.sleep(0.01)
+    server, task, base_url = await _serve(Route("/v1/models", models))
     try:
-        base_url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
         endpoint = Endpoint(EndpointConfig(base_url=base_url, model="m"), "large")
         await endpoint.model_info()
         endpoint._model_info = None  # fetch again: this request would carry the cookie
@@ -57,6 +50,18 @@ def _chunk(text: str) -> str:
     return "data: " + json.dumps({"choices": [{"text": text, "finish_reason": None}]}) + "\n\n"
 
 
+async def _serve(route: Route) -> tuple[uvicorn.Server, asyncio.Task[None], str]:
+    """A one-route HTTP server on a free port: (server, its task, base URL ending in /v1)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY
+    sock.bind(("127.0.0.1", 0))
+    app = Starlette(routes=[route])
+    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    return server, task, f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+
+
 async def _serve_events(*events: str) -> tuple[uvicorn.Server, asyncio.Task[None], str]:
     async def completions(request: Request) -> Response:
         async def body() -> AsyncIterator[str]:
@@ -65,14 +70,7 @@ async def _serve_events(*events: str) -> tuple[uvicorn.Server, asyncio.Task[None
 
         return StreamingResponse(body(), media_type="text/event-stream")
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    app = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
-    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        await asyncio.sleep(0.01)
-    return server, task, f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    return await _serve(Route("/v1/completions", completions, methods=["POST"]))
 
 
 async def test_server_sent_error_events_fail_the_request_or_interrupt_the_stream() -> None:
@@ -124,14 +122,7 @@ async def test_many_concurrent_streams_spread_over_client_shards_and_keep_their_
 
         return StreamingResponse(body(), media_type="text/event-stream")
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    app = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
-    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        await asyncio.sleep(0.01)
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    server, task, url = await _serve(Route("/v1/completions", completions, methods=["POST"]))
     endpoint = Endpoint(EndpointConfig(base_url=url, model="m", max_concurrency=40), "large")
     request = CompletionRequest(prompt="Hi", max_tokens=8)
 
