@@ -168,6 +168,18 @@ def trace_summary(
         "runs": len(relay + authors),
         "fallbacks": sum(g.fallbacks for g in relay + authors),
     }
+    replayed = [g for g in relay if g.replays]
+    if replayed:
+        e |= {
+            "replay_back_to_back": med(replayed, lambda g: g.replays["back_to_back"]),
+            "replay_paused": med(replayed, lambda g: g.replays["paused"]),
+            "relay_over_replay": med(replayed, lambda g: g.wall / g.replays["back_to_back"]),
+            "replay_interference": med(
+                replayed, lambda g: g.replays["back_to_back"] / g.replays["paused"]
+            ),
+            "replay_paused_over_ideal": med(replayed, lambda g: g.replays["paused"] / g.ideal),
+            "replays_same_tokens": all(g.replays_same_tokens for g in replayed),
+        }
     parts = [breakdown(g, penalty) for g in relay]
     e["relay_breakdown"] = {k: median([p[k] for p in parts]) for k in parts[0]}
     if authors:
@@ -237,6 +249,12 @@ def summarize(engine: dict[str, Any]) -> dict[str, Any]:
                 t["name"]: trace_summary(gens, mode, t["name"], penalty) for t in engine["traces"]
             },
             "ratio_median": med(relay_all, lambda g: g.ratio),
+            "relay_over_replay_median": med(
+                [g for g in relay_all if g.replays],
+                lambda g: g.wall / g.replays["back_to_back"],
+            )
+            if any(g.replays for g in relay_all)
+            else None,
             "ratio_quiet": med(quiet, lambda g: g.ratio) if quiet else None,
             "quiet_runs": len(quiet),
             "rates_foreign_cores": median(

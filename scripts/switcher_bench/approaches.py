@@ -66,7 +66,8 @@ class Relay:
             self.endpoints[role].phase = phase
             return force(transcript)
 
-        messages = trace.messages(uuid.uuid4().hex)
+        session = uuid.uuid4().hex
+        messages = trace.messages(session)
         started = time.perf_counter()
         result = await self.switcher.generate(messages, request_hook=hook)
         wall = time.perf_counter() - started
@@ -85,6 +86,7 @@ class Relay:
             prepare=requests[0].sent - started,  # model info (cached) and prompt rendering
             switches=result.stats.switches,
             fallbacks=tokens.fallbacks,
+            session=session,
         )
 
     async def aclose(self) -> None:

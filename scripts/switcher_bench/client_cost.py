@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -27,7 +30,11 @@ def question(words: int) -> str:
     return f"Please describe the list {body}."
 
 
-def fake_switcher(url: str, cues: list[str], concurrency: int = 64) -> RelaySwitcher:
+DEFAULT_LIMIT = EndpointConfig.model_fields["max_concurrency"].default  # 64
+GC_THRESHOLD = 20_000  # a raised first threshold of the collector (Python's default: 700)
+
+
+def fake_switcher(url: str, cues: list[str], concurrency: int = DEFAULT_LIMIT) -> RelaySwitcher:
     return RelaySwitcher(
         RelayConfig(
             large=EndpointConfig(base_url=url, model="large", max_concurrency=concurrency),
@@ -95,17 +102,26 @@ async def client_costs(
         for c in rows
     ]
 
-    levels = sorted({n for n in (100, 300) if n < concurrent} | {concurrent})
+    # (generations, the endpoints' max_concurrency, gc threshold 0 or None for Python's 700)
+    variants: list[tuple[int, int, int | None]] = [
+        (n, n, None) for n in sorted({n for n in (100, 300) if n < concurrent} | {concurrent})
+    ]
+    variants += [(concurrent, DEFAULT_LIMIT, None), (concurrent, concurrent, GC_THRESHOLD)]
     by_level = []
-    for n in levels:
+    for n, limit, threshold in variants:
         runs = []
         for r in range(concurrent_runs):
-            log(f"{n} concurrent generations: run {r + 1}/{concurrent_runs}")
-            runs.append(await concurrent_generations(url, fake_pid, n))
+            log(
+                f"{n} concurrent generations, {limit} requests in flight per endpoint at most, "
+                f"gc threshold {threshold or gc.get_threshold()[0]}: run {r + 1}/{concurrent_runs}"
+            )
+            runs.append(await concurrent_generations(url, fake_pid, n, limit, threshold))
         keys = [k for k in runs[0] if isinstance(runs[0][k], int | float)]
         by_level.append(
             {
                 "generations": n,
+                "limit": limit,
+                "gc_threshold": threshold,
                 "runs": runs,
                 "median": {k: median([float(x[k]) for x in runs]) for k in keys},
             }
@@ -113,8 +129,35 @@ async def client_costs(
     return {"fit": fit, "cells": cell_rows, "concurrent": by_level}
 
 
-async def concurrent_generations(url: str, fake_pid: int, count: int) -> dict[str, Any]:
-    relay = fake_switcher(url, CAPABLE_CUES, concurrency=count)
+@contextmanager
+def collector_timer(threshold: int | None) -> Iterator[list[float]]:
+    """Seconds spent in Python's cyclic garbage collector, one entry a collection; the
+    collector's first threshold set to `threshold` meanwhile (None: left as it is)."""
+    spans: list[float] = []
+    started = 0.0
+
+    def callback(phase: str, info: dict[str, Any]) -> None:
+        nonlocal started
+        if phase == "start":
+            started = time.perf_counter()
+        else:
+            spans.append(time.perf_counter() - started)
+
+    old = gc.get_threshold()
+    if threshold is not None:
+        gc.set_threshold(threshold, *old[1:])
+    gc.callbacks.append(callback)
+    try:
+        yield spans
+    finally:
+        gc.callbacks.remove(callback)
+        gc.set_threshold(*old)
+
+
+async def concurrent_generations(
+    url: str, fake_pid: int, count: int, limit: int, gc_threshold: int | None
+) -> dict[str, Any]:
+    relay = fake_switcher(url, CAPABLE_CUES, concurrency=limit)
     meter = CpuMeter()
     late: list[float] = []
     stop = asyncio.Event()
@@ -134,7 +177,10 @@ async def concurrent_generations(url: str, fake_pid: int, count: int) -> dict[st
         late.clear()
         since = meter.start()
         fake0, cpu0, wall0 = cpu_seconds(fake_pid), time.process_time(), time.perf_counter()
-        results = await asyncio.gather(*(relay.generate(c) for c in chats), return_exceptions=True)
+        with collector_timer(gc_threshold) as collections:
+            results = await asyncio.gather(
+                *(relay.generate(c) for c in chats), return_exceptions=True
+            )
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
         fake = cpu_seconds(fake_pid) - fake0
         foreign = max(0.0, meter.foreign(since) - fake)
@@ -149,6 +195,8 @@ async def concurrent_generations(url: str, fake_pid: int, count: int) -> dict[st
         "client_cpu_s": cpu,
         "upstream_cpu_s": fake,
         "client_cpu_ms_per_generation": 1e3 * cpu / count,
+        "gc_s": sum(collections),
+        "gc_max_ms": 1e3 * max(collections, default=0.0),
         "others_cores": foreign / wall,
         "errors": len(errors),
         "first_error": repr(errors[0]) if errors else "",

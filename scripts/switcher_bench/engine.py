@@ -13,6 +13,7 @@ import httpx
 import openai
 
 from relay_integrations.core.config import ModelRole
+from relay_integrations.core.endpoint import Endpoint
 
 from .analysis import analyse, ideal_time
 from .approaches import Relay, authors_generate, authors_rendering, large_alone
@@ -20,9 +21,22 @@ from .forcing import forcer, token_rests
 from .meters import SENT, WRITTEN, CpuMeter, ServerMeter, load_average, log
 from .rates import Extras, measure_extras, measure_handoff, measure_round
 from .recording import Generation, own_counts
+from .replay import replay
 from .servers import Server, Tokenizer
-from .settings import QUIET
+from .settings import QUIET, REPLAY_PAUSE
 from .traces import TRACES, Trace, cue_count
+
+
+async def replay_requests(endpoints: Mapping[ModelRole, Endpoint], gen: Generation) -> None:
+    """The relay generation's requests again, back to back and with pauses (see replay.py)."""
+    for kind, pause in (("back_to_back", 0.0), ("paused", REPLAY_PAUSE)):
+        again = await replay(endpoints, gen, pause)
+        gen.replays[kind] = again.seconds
+        gen.replays_same_tokens = gen.replays_same_tokens and again.same_tokens
+    log(
+        f"      replayed without the switcher: {gen.replays['back_to_back']:.2f} s back to back, "
+        f"{gen.replays['paused']:.2f} s in requests with {REPLAY_PAUSE} s pauses"
+    )
 
 
 async def real_engine(
@@ -56,6 +70,7 @@ async def real_engine(
 
         relay = Relay(servers)
         await relay.start()
+        plain = {role: Endpoint(e.config, role) for role, e in relay.endpoints.items()}
         meter = CpuMeter()
         served = ServerMeter(servers, http)
         generations: list[Generation] = []
@@ -135,8 +150,11 @@ async def real_engine(
                             )
                             + ("" if gen.text_ok else "  (text differs from the trace)")
                         )
+                        if approach == "relay":
+                            await replay_requests(plain, gen)
         finally:
             await relay.aclose()
+            await asyncio.gather(*(e.aclose() for e in plain.values()))
             for c in aclients.values():
                 await c.close()
             for s in sclients.values():

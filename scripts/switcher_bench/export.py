@@ -58,6 +58,8 @@ def plot(path: Path, engine: dict[str, Any], summary: dict[str, Any]) -> None:
     palette = {
         "large alone": "grey",
         "ideal": "tab:green",
+        "requests, paused": "tab:olive",
+        "requests, back to back": "tab:cyan",
         "relay": "tab:blue",
         "authors": "tab:red",
     }
@@ -66,6 +68,8 @@ def plot(path: Path, engine: dict[str, Any], summary: dict[str, Any]) -> None:
             for key, label in (
                 ("alone_wall", "large alone"),
                 ("relay_ideal", "ideal"),
+                ("replay_paused", "requests, paused"),
+                ("replay_back_to_back", "requests, back to back"),
                 ("relay_wall", "relay"),
                 ("authors_wall", "authors"),
             ):
@@ -76,6 +80,8 @@ def plot(path: Path, engine: dict[str, Any], summary: dict[str, Any]) -> None:
     right.bar(range(len(values)), values, color=colors)
     right.set_xticks(range(len(values)), labels, fontsize=7, rotation=90)
     right.set_ylabel("seconds per generation (median)")
-    right.set_title("Wall time: large alone, ideal, relay, authors' loop")
+    right.set_title(
+        "Wall time: large alone, ideal, the relay's requests replayed, relay, authors' loop"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -37,6 +37,7 @@ class RequestRecord:
     min_text: int = 0
     text_tokens: int = 0  # tokens of the returned text in its own (canonical) tokenization
     prompt_mismatch: bool = False  # /tokenize of the prompt disagrees with usage.prompt_tokens
+    request: CompletionRequest | None = None  # the relay's request, as sent (for the replay)
 
     @property
     def prefilled(self) -> int:
@@ -73,7 +74,11 @@ class RecordingEndpoint(Endpoint):
 
     async def stream_completion(self, request: CompletionRequest) -> AsyncIterator[StreamPiece]:
         record = RequestRecord(
-            self.role, time.perf_counter(), prompt_text=request.prompt, phase=self.phase
+            self.role,
+            time.perf_counter(),
+            prompt_text=request.prompt,
+            phase=self.phase,
+            request=request,
         )
         self.log.append(record)
         async for piece in super().stream_completion(request):
@@ -119,6 +124,9 @@ class Generation:
     foreign_requests: int = 0  # requests the servers served for others meanwhile
     foreign_tokens: int = 0
     rates: dict[str, Rates] = field(default_factory=dict)  # of the round it ran in
+    session: str = ""  # relay: the session id in its prompt (the replay replaces it)
+    replays: dict[str, float] = field(default_factory=dict)  # relay: seconds, by kind
+    replays_same_tokens: bool = True
 
     @property
     def quiet(self) -> bool:
@@ -186,5 +194,7 @@ class Generation:
             "foreign_cores": self.foreign_cores,
             "foreign_requests": self.foreign_requests,
             "foreign_tokens": self.foreign_tokens,
+            "replays": self.replays,
+            "replays_same_tokens": self.replays_same_tokens,
             "per_request": [r.summary() for r in self.requests],
         }

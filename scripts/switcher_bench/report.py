@@ -7,7 +7,7 @@ from typing import Any
 from .analysis import example_generation
 from .rates import Extras
 from .recording import Generation
-from .settings import DECODE_SHORT, PREFILL_SHORT, QUIET, RESUME_NEW
+from .settings import DECODE_SHORT, PREFILL_SHORT, QUIET, REPLAY_PAUSE, RESUME_NEW
 
 
 def pct(x: float) -> str:
@@ -127,6 +127,23 @@ def report(
         ratio = sm["ratio_median"]
         verdict = "MET" if ratio <= 1.05 else f"MISSED: {pct(ratio - 1)} over ideal, target +5%"
         w(f"   relay/ideal, median over all runs: {ratio:.3f} -> {verdict}")
+        if sm["relay_over_replay_median"] is not None:
+            w("   the same requests replayed without the switcher (replay.py; a new session id):")
+            for name, e in sm["traces"].items():
+                w(
+                    f"   {name:7} back to back {e['replay_back_to_back']:6.2f} s, with "
+                    f"{REPLAY_PAUSE} s pauses {e['replay_paused']:6.2f} s in requests: "
+                    f"relay/back-to-back {e['relay_over_replay']:.3f} (the switcher's own cost), "
+                    f"back-to-back/paused {e['replay_interference']:.3f} (the two servers at "
+                    f"hand-offs), paused/ideal {e['replay_paused_over_ideal']:.3f} (the requests "
+                    "on the engine)"
+                    + (
+                        ""
+                        if e["replays_same_tokens"]
+                        else "; SOME REPLAYS WROTE OTHER TOKEN COUNTS"
+                    )
+                )
+            w(f"   relay/back-to-back, median over all runs: {sm['relay_over_replay_median']:.3f}")
         if sm["ratio_quiet"] is not None:
             w(
                 f"   over the {sm['quiet_runs']} quiet runs only (no other requests on the servers, "
@@ -286,18 +303,22 @@ def report(
                 f"{c['wall_ms_per_gen']:>11.2f}"
             )
         w(
-            "   concurrent generations in one process (2 switches each; RelaySwitcher with "
-            "max_concurrency = N; medians of the runs):"
+            "   concurrent generations in one process (2 switches each; N generations at once, "
+            "limit: the endpoints' max_concurrency; gc: the collector's first threshold; "
+            "medians of the runs):"
         )
         w(
-            f"   {'N':>5} {'wall s':>7} {'client CPU s':>12} {'ms CPU/gen':>10} {'upstream CPU s':>14} "
+            f"   {'N':>5} {'limit':>5} {'gc':>6} {'wall s':>7} {'client CPU s':>12} "
+            f"{'ms CPU/gen':>10} {'in gc s':>7} {'upstream CPU s':>14} "
             f"{'loop late max ms':>16} {'p99 ms':>8} {'p50 ms':>7} {'others':>7}"
         )
         for level in client["concurrent"]:
             m = level["median"]
             w(
-                f"   {level['generations']:>5} {m['wall_s']:>7.2f} {m['client_cpu_s']:>12.2f} "
-                f"{m['client_cpu_ms_per_generation']:>10.1f} {m['upstream_cpu_s']:>14.2f} "
+                f"   {level['generations']:>5} {level['limit']:>5} "
+                f"{level['gc_threshold'] or 'python':>6} {m['wall_s']:>7.2f} "
+                f"{m['client_cpu_s']:>12.2f} {m['client_cpu_ms_per_generation']:>10.1f} "
+                f"{m['gc_s']:>7.2f} {m['upstream_cpu_s']:>14.2f} "
                 f"{m['lateness_max_ms']:>16.1f} {m['lateness_p99_ms']:>8.1f} "
                 f"{m['lateness_p50_ms']:>7.1f} {m['others_cores']:>6.2f}c"
             )

@@ -19,4 +19,5 @@ DECODE_SHORT, DECODE_LONG = 16, 216  # the two lengths of the decode-rate reques
 RESUME_NEW = 16  # new tokens after a cached prompt, for o_res
 CAPABLE_CUES = ["Therefore,", "Now"]  # tests.fakes.capable_model.CAPABLE_CUES
 TICK = 0.005
+REPLAY_PAUSE = 0.3  # seconds before each replayed request: the other server has gone quiet
 QUIET = 0.25  # cores other processes may use for a run to count as quiet
