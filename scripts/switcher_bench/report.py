@@ -140,7 +140,8 @@ def report(
                     + (
                         ""
                         if e["replays_same_tokens"]
-                        else "; SOME REPLAYS WROTE OTHER TOKEN COUNTS"
+                        else "; some requests wrote other token counts again"
+                        + (" (regex forcing: a new split each time)" if mode == "regex" else "")
                     )
                 )
             w(f"   relay/back-to-back, median over all runs: {sm['relay_over_replay_median']:.3f}")
