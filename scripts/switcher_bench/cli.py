@@ -28,7 +28,7 @@ from .servers import servers_from_env, servers_up
 from .settings import REPO
 
 
-def machine_facts(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+def machine_facts(argv: Sequence[str]) -> dict[str, Any]:
     cpu = ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -131,7 +131,7 @@ def main(script: Path, doc: str | None, argv: Sequence[str] | None = None) -> in
             file=sys.stderr,
         )
         return 2
-    facts = machine_facts(args, [str(Path(sys.argv[0])), *raw])
+    facts = machine_facts([str(Path(sys.argv[0])), *raw])
     facts["servers"] = ", ".join(f"{s.role} {s.model} @ {s.url}" for s in servers.values())
     facts["runs"] = args.runs
     engine = asyncio.run(real_engine(args, servers))

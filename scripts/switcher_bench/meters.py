@@ -122,5 +122,5 @@ class ServerMeter:
         )
 
 
-SENT: Counter[str] = Counter()  # requests timed() sent, by server URL
+SENT: Counter[str] = Counter()  # requests timed() sent, by model role
 WRITTEN: Counter[str] = Counter()  # their completion tokens
