@@ -267,8 +267,9 @@ class UpstreamErrorEvent(RelayError):
 async def _server_sent_pieces(lines: AsyncIterator[str]) -> AsyncIterator[StreamPiece]:
     """The pieces of a ``/v1/completions`` event stream, up to ``[DONE]``.
 
-    The body is read to its end after ``[DONE]``: a response closed before its end closes its
-    connection too, and every request would then open a new one.
+    The body is read to its end after ``[DONE]`` (as the openai SDK's own stream does): a
+    response closed before its end closes its connection too, and every request would then
+    open a new one.
     """
     done = False
     async for line in lines:

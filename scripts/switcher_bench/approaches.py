@@ -22,6 +22,7 @@ from relay_integrations.core.config import ModelRole
 from relay_integrations.core.result import Phase
 
 from .forcing import Forcer, TokenForcing
+from .rates import open_stream
 from .recording import Generation, RecordingEndpoint, RequestRecord
 from .servers import Server, Tokenizer
 from .settings import (
@@ -205,19 +206,8 @@ async def large_alone(
 ) -> Generation:
     """The large model writing the whole trace in one streamed request (the paper's baseline)."""
     record = RequestRecord("large", time.perf_counter(), prompt_text=prompt, phase="all")
-    stream = await client.completions.create(
-        model=server.model,
-        prompt=prompt,
-        max_tokens=BUDGET,
-        temperature=SAMPLING["temperature"],
-        top_p=SAMPLING["top_p"],
-        stream=True,
-        stream_options={"include_usage": True},
-        extra_body={
-            "top_k": SAMPLING["top_k"],
-            "add_special_tokens": False,
-            **force(""),
-        },
+    stream = await open_stream(
+        client, server, prompt, BUDGET, add_special_tokens=False, **force("")
     )
     async for chunk in stream:
         if chunk.choices:

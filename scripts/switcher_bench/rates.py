@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import openai
+from openai.types import Completion
 
 from relay_integrations.core.config import ModelRole
 from relay_integrations.testing import regex_literal
@@ -55,11 +56,15 @@ def random_ids(n: int) -> list[int]:
     return _RNG.sample(range(1000, 150000), n)
 
 
-async def timed(
-    client: openai.AsyncOpenAI, server: Server, prompt: list[int], max_tokens: int, **extra: Any
-) -> Timing:
-    sent = time.perf_counter()
-    stream = await client.completions.create(
+async def open_stream(
+    client: openai.AsyncOpenAI,
+    server: Server,
+    prompt: str | list[int],
+    max_tokens: int,
+    **extra: Any,
+) -> openai.AsyncStream[Completion]:
+    """A streamed completion with the paper's sampling, its usage in the last chunk."""
+    return await client.completions.create(
         model=server.model,
         prompt=prompt,
         max_tokens=max_tokens,
@@ -69,6 +74,13 @@ async def timed(
         stream_options={"include_usage": True},
         extra_body={"top_k": SAMPLING["top_k"], **extra},
     )
+
+
+async def timed(
+    client: openai.AsyncOpenAI, server: Server, prompt: list[int], max_tokens: int, **extra: Any
+) -> Timing:
+    sent = time.perf_counter()
+    stream = await open_stream(client, server, prompt, max_tokens, **extra)
     first = finish = 0.0
     usage = None
     async for chunk in stream:
