@@ -17,14 +17,16 @@ generation slot of the relay stayed taken. Three processes take part:
   ``RELAY_POLICY__COOLDOWN_TOKENS=0`` (2 switches per generation) and each endpoint's
   ``max_concurrency`` raised to the load (``--endpoint-concurrency``; the default 64 would queue
   the streams inside the relay);
-* this process: an ``httpx.AsyncClient`` that sends the streams and parses the SSE itself, and
+* this process: httpx clients of at most 32 streams each that send the streams and parse the
+  SSE themselves (``ClientShards``, as the relay's own upstream requests; one client holding
+  200 kept-alive connections held a burst back by ~3 s in this process), and
   the in-process comparison (a ``RelaySwitcher`` running ``stream_chat``, no HTTP).
 
 Per streamed request it records the client's total time and time to the first content or
 reasoning text, and the final chunk's ``relay.seconds`` and ``relay.time_to_first_token`` (the
-relay's own clock, which starts after the prompt is rendered). "Added latency" is the client's
-total minus ``relay.seconds`` of the same request: HTTP, the prompt rendering (``/tokenize`` and
-``/detokenize`` on both upstreams), SSE framing and JSON, and waiting for a busy event loop. The same generations
+relay's own clock, which starts when the server calls the relay, prompt rendering included).
+"Added latency" is the client's total minus ``relay.seconds`` of the same request: HTTP, SSE
+framing and JSON, and waiting for a busy event loop. The same generations
 run in-process (rounds alternate between the two paths), so the server's overhead shows both as
 that difference and as the ratio of the two paths' total times. Memory is the relay process's
 VmRSS (sampled every 50 ms during the server rounds) and VmHWM, from ``/proc/<pid>/status``;
@@ -67,11 +69,13 @@ from relay_integrations.core.chat import (
     ReasoningDelta,
     stream_chat,
 )
+from relay_integrations.core.client_shards import DEFAULT_SHARD_SIZE, ClientShards
 from relay_integrations.progress import Progress
 
 CUES = ["Therefore,", "Now"]  # tests.fakes.capable_model.CAPABLE_CUES
 EXPECTED_SWITCHES = 2  # the capable model's reasoning has one "Therefore," and one "Now"
 SAMPLE_EVERY = 0.05  # seconds between VmRSS samples
+CLIENT_SHARD = DEFAULT_SHARD_SIZE  # streams one of this process's httpx clients carries at once
 KEEP_PROMPTS = 32  # prompts the fake upstream remembers for its cached-token figures
 
 
@@ -398,6 +402,13 @@ async def sequential(
     return [await one(i) for i in range(n)]
 
 
+class StreamClient(httpx.AsyncClient):
+    """An httpx client that `ClientShards` can close (it calls ``close()``, as on openai's)."""
+
+    async def close(self) -> None:
+        await self.aclose()
+
+
 async def benchmark(
     args: argparse.Namespace,
     url: str,
@@ -407,11 +418,15 @@ async def benchmark(
 ) -> dict[str, Any]:
     n = args.concurrency
     limits = httpx.Limits(
-        max_connections=n + 10,
-        max_keepalive_connections=n + 10,
+        max_connections=CLIENT_SHARD + 1,
+        max_keepalive_connections=CLIENT_SHARD + 1,
         keepalive_expiry=args.keepalive_expiry,
     )
     timeout = httpx.Timeout(args.timeout)
+    # The streams go through clients of at most CLIENT_SHARD requests each, as the relay's own
+    # upstream requests do: one httpx client holding 200 kept-alive connections probes every
+    # idle one for each request it places, which held a burst back by ~3 s in this process.
+    streams = ClientShards(lambda: StreamClient(limits=limits, timeout=timeout), CLIENT_SHARD)
     async with (
         httpx.AsyncClient(limits=limits, timeout=timeout) as client,
         httpx.AsyncClient(timeout=timeout) as probe_client,
@@ -433,7 +448,8 @@ async def benchmark(
         async with RelaySwitcher(config) as switcher:
 
             async def http_one(i: int) -> Sample:
-                return await via_server(client, url, i)
+                async with streams.lease() as leased:
+                    return await via_server(leased, url, i)
 
             async def core_one(i: int) -> Sample:
                 return await via_core(switcher, i)
@@ -480,6 +496,7 @@ async def benchmark(
         await asyncio.sleep(1.0)
         after_load = memory_mb(server.pid)
         metrics = (await client.get(f"{url}/metrics")).text
+        await streams.aclose()
     inflight = next(
         (
             float(line.split()[-1])
