@@ -30,6 +30,7 @@ from relay_integrations.core import (
 from relay_integrations.core.generation import CONTEXT_MARGIN
 from relay_integrations.testing import forcing, regex_literal
 from tests.fakes.tcp_proxy import TcpProxy
+from tests.fakes.tcp_table import established
 
 from .conftest import Server, running_requests
 
@@ -118,6 +119,24 @@ async def test_qwen_relay_segments_writers_and_text(qwen_large: Server, qwen_sma
     assert result.stats.large_share == pytest.approx(large_tokens / (large_tokens + small_tokens))
     assert result.usage["large"].requests == 4 and result.usage["small"].requests == 6
     check_stream_matches_result(events, result)
+
+
+async def test_later_generations_reuse_the_first_ones_connections(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    """Every request after the first keeps its kept-alive connection to vLLM: the streams are
+    read to their end (past ``[DONE]``), or each of them would close its connection and the
+    next request open a new one (10 requests a generation here)."""
+    ports = [int(server.url.rsplit(":", 1)[1].split("/")[0]) for server in (qwen_large, qwen_small)]
+    async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
+        _, first = await run(relay, QWEN_TRACE)
+        after_first = [established(port) for port in ports]
+        for _ in range(2):
+            _, later = await run(relay, QWEN_TRACE)
+            assert later.text == QWEN_TRACE
+        after_three = [established(port) for port in ports]
+    assert first.usage["large"].requests == 4 and first.usage["small"].requests == 6
+    assert all(after_first) and after_three == after_first
 
 
 async def test_false_positive_words_never_switch(qwen_large: Server, qwen_small: Server) -> None:

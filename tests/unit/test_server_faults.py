@@ -10,7 +10,6 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +21,7 @@ from relay_integrations.server import RelayServer
 from tests.fakes.capable_model import CAPABLE_CUES, capable_server
 from tests.fakes.relay_http import ServedRelay, eventually, relay_http
 from tests.fakes.scripted_vllm import Fault, ScriptedVLLM
+from tests.fakes.tcp_table import established
 from tests.fakes.threaded import serving
 
 QUESTION: Any = [{"role": "user", "content": "What is 7 * 6?"}]
@@ -103,28 +103,6 @@ def assert_openai_error(response_body: dict[str, Any], code: str, *in_message: s
 
 def openai_client(served: ServedRelay) -> openai.OpenAI:
     return openai.OpenAI(base_url=served.base_url, api_key="x", max_retries=0, timeout=30)
-
-
-# --- upstream TCP connections, from the kernel's tables -------------------------------------
-
-ESTABLISHED = "01"
-
-
-def upstream_connections(port: int) -> int:
-    """Established TCP connections with an end on `port` (each counted once, though both of
-    its ends are on this host)."""
-    connections = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        path = Path(table)
-        if not path.exists():
-            continue
-        for line in path.read_text().splitlines()[1:]:
-            fields = line.split()
-            local, remote, state = fields[1], fields[2], fields[3]
-            ports = {int(local.rsplit(":", 1)[1], 16), int(remote.rsplit(":", 1)[1], 16)}
-            if state == ESTABLISHED and port in ports:
-                connections.add(frozenset((local, remote)))
-    return len(connections)
 
 
 # --- refused connections --------------------------------------------------------------------
@@ -344,9 +322,9 @@ def test_repeated_faults_leave_no_tasks_and_no_growing_connections(
     with kept_serving(relay(upstream.base_url, **settings)) as served:
         baseline = served.tasks()
         fault_round(served)
-        assert eventually(lambda: upstream_connections(upstream.port) <= bound)
-        after_one = upstream_connections(upstream.port)
+        assert eventually(lambda: len(established(upstream.port)) <= bound)
+        after_one = len(established(upstream.port))
         for _ in range(ROUNDS - 1):
             fault_round(served)
-        assert eventually(lambda: upstream_connections(upstream.port) <= after_one)
+        assert eventually(lambda: len(established(upstream.port)) <= after_one)
         assert eventually(lambda: served.tasks() == baseline)
