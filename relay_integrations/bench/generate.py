@@ -114,10 +114,7 @@ async def _solo(
     request = CompletionRequest(
         prompt=prompt.text,
         max_tokens=max_tokens,
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        top_k=sampling.top_k,
-        seed=sampling.seed,
+        sampling=sampling.request_fields(switcher.config.endpoint(role).sampling),
         extra_body=dict(request_hook(role, "reasoning", "")) if request_hook else {},
     )
     text = ""

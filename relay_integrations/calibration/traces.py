@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..core.config import ReasoningMarkers, SamplingConfig
+from ..core.config import ReasoningMarkers, SamplingConfig, SamplingOverrides
 from ..core.endpoint import CompletionRequest, Endpoint
 from ..core.generation import CONTEXT_MARGIN
 from ..core.reasoning import PromptReasoning, split_reasoning
@@ -158,10 +158,7 @@ async def _trace(
         prompt=prompt.text,
         max_tokens=max_tokens,
         stop=(markers.end,),
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        top_k=sampling.top_k,
-        seed=None if sampling.seed is None else sampling.seed + sample,
+        sampling=_sample_fields(sampling, endpoint.config.sampling, sample),
         extra_body=extra_body,
     )
     text, finish, tokens = "", None, None
@@ -188,3 +185,12 @@ def _problem_sha256(problem: Any) -> str:
 
 def _trace_id(index: int, sample: int) -> str:
     return f"{index}/{sample}"
+
+
+def _sample_fields(sampling: SamplingConfig, own: SamplingOverrides, sample: int) -> dict[str, Any]:
+    """The request's sampling: the model's, with the seed shifted per sample (so that the
+    samples of one problem differ and a rerun repeats them)."""
+    fields = sampling.request_fields(own)
+    if "seed" in fields:
+        fields["seed"] += sample
+    return fields

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
@@ -27,6 +27,74 @@ ModelRole = Literal["large", "small"]
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+Temperature = Annotated[float, Field(ge=0, le=2, description="vLLM allows [0, 2]")]
+TopP = Annotated[float, Field(gt=0, le=1)]
+TopK = Annotated[int, Field(ge=-1, description="0 or -1: no top-k cut")]
+MinP = Annotated[float, Field(ge=0, le=1)]
+Penalty = Annotated[
+    float, Field(ge=-2, le=2, description="presence/frequency penalty, vLLM allows [-2, 2]")
+]
+RepetitionPenalty = Annotated[
+    float, Field(gt=0, allow_inf_nan=False, description="1 is none; vLLM allows (0, inf)")
+]
+
+MODEL_SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "seed",
+)
+"""The sampling fields of one upstream request (the token budget is the generation's)."""
+
+
+class SamplingOverrides(_Frozen):
+    """One model's own sampling, over the shared :class:`SamplingConfig` (unset: shared)::
+
+    EndpointConfig(base_url=..., model="Qwen/Qwen3-1.7B",
+                   sampling=SamplingOverrides(temperature=0.3, presence_penalty=1.5))
+    """
+
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
+    min_p: MinP | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    repetition_penalty: RepetitionPenalty | None = None
+    seed: int | None = None
+
+
+class SamplingConfig(_Frozen):
+    """Sampling shared by both models. Defaults are the RelayGen paper's; a field left None is
+    not sent, so the server's default (the model's ``generation_config``) applies."""
+
+    temperature: Temperature = 0.6
+    top_p: TopP = 0.95
+    top_k: TopK | None = 20
+    min_p: MinP | None = None
+    presence_penalty: Penalty | None = Field(
+        default=None, description="Qwen3's model card suggests 0-2 against endless repetition"
+    )
+    frequency_penalty: Penalty | None = None
+    repetition_penalty: RepetitionPenalty | None = None
+    seed: int | None = None
+    max_tokens: int = Field(
+        default=32768, ge=1, description="One budget for reasoning plus answer, over all segments"
+    )
+
+    def request_fields(self, own: SamplingOverrides | None = None) -> dict[str, Any]:
+        """The sampling fields of one model's request: the shared values with the model's own
+        over them; unset fields are left out (the server's defaults)."""
+        fields = {name: getattr(self, name) for name in MODEL_SAMPLING_FIELDS}
+        if own is not None:
+            fields.update(own.model_dump(exclude_none=True))
+        return {name: value for name, value in fields.items() if value is not None}
 
 
 class EndpointConfig(_Frozen):
@@ -52,24 +120,16 @@ class EndpointConfig(_Frozen):
     extra_body: dict[str, Any] = Field(
         default_factory=dict, description="Extra vLLM request fields sent with every request"
     )
+    sampling: SamplingOverrides = Field(
+        default_factory=SamplingOverrides,
+        description="This model's own sampling, over the shared values (e.g. a cooler small model)",
+    )
 
     @property
     def server_root(self) -> str:
         """The server URL without the `/v1` suffix (where vLLM serves /tokenize)."""
         root = self.base_url.rstrip("/")
         return root[: -len("/v1")] if root.endswith("/v1") else root
-
-
-class SamplingConfig(_Frozen):
-    """Sampling shared by both models. Defaults are the RelayGen paper's."""
-
-    temperature: float = Field(default=0.6, ge=0)
-    top_p: float = Field(default=0.95, gt=0, le=1)
-    top_k: int | None = Field(default=20, description="None leaves the server's default")
-    seed: int | None = None
-    max_tokens: int = Field(
-        default=32768, ge=1, description="One budget for reasoning plus answer, over all segments"
-    )
 
 
 class SwitchPolicy(_Frozen):
@@ -146,6 +206,10 @@ class RelayConfig(_Frozen):
         description="Header carrying the generation id on every upstream request, so that a "
         "prefix-cache-aware router keeps one generation on one replica",
     )
+
+    def endpoint(self, role: ModelRole) -> EndpointConfig:
+        """The endpoint of `role`."""
+        return self.large if role == "large" else self.small
 
     @classmethod
     def from_env(

@@ -43,10 +43,8 @@ class CompletionRequest:
     prompt: str
     max_tokens: int
     stop: tuple[str, ...] = ()
-    temperature: float = 0.6
-    top_p: float = 1.0
-    top_k: int | None = None
-    seed: int | None = None
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    """Sampling fields (``SamplingConfig.request_fields``); unset ones take the server's."""
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
 
@@ -193,17 +191,13 @@ class Endpoint:
             **self.config.extra_body,
             "include_stop_str_in_output": True,
             "add_special_tokens": False,  # the rendered prompt has BOS if the model wants one
+            **request.sampling,
             **request.extra_body,
         }
-        if request.top_k is not None:
-            extra_body["top_k"] = request.top_k
         opening = client.completions.with_streaming_response.create(
             model=self.config.model,
             prompt=request.prompt,
             max_tokens=request.max_tokens,
-            temperature=request.temperature,
-            top_p=request.top_p,
-            seed=request.seed,
             stop=list(request.stop) or None,
             stream=True,
             stream_options={"include_usage": True},

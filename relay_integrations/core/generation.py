@@ -259,10 +259,7 @@ class Generation:
             prompt=self.prompts[role].text + self.transcript,
             max_tokens=max_tokens,
             stop=tuple(stops),
-            temperature=self.sampling.temperature,
-            top_p=self.sampling.top_p,
-            top_k=self.sampling.top_k,
-            seed=self.sampling.seed,
+            sampling=self.sampling.request_fields(self.config.endpoint(role).sampling),
             extra_body=body,
             headers={
                 self.config.session_header: self.id,
