@@ -34,7 +34,7 @@ from ..calibration.report import format_table, write_csv, write_plot
 from ..core.artifact import CalibrationRecord, ModelIdentity, SelectionRule, save_artifact
 from ..core.config import EndpointConfig, RelayConfig, SamplingConfig
 from ..core.errors import RelayError
-from .options import add_endpoint_options, endpoint_values
+from .options import add_endpoint_options, add_sampling_options, endpoint_values, sampling_values
 
 
 def add_parser(commands: Any) -> None:
@@ -50,9 +50,7 @@ def add_parser(commands: Any) -> None:
     add_endpoint_options(parser, "large", "small")
     parser.add_argument("--out", type=Path, default=Path("calibration"), help="output folder")
     parser.add_argument("--samples", type=int, default=4, help="traces per problem")
-    parser.add_argument("--max-tokens", type=int, help="token budget of one trace")
-    parser.add_argument("--temperature", type=float)
-    parser.add_argument("--seed", type=int)
+    add_sampling_options(parser, budget="token budget of one trace")
     parser.add_argument(
         "--candidates", help="JSON list of candidate cues (default: the published method's 83)"
     )
@@ -117,16 +115,7 @@ def _calibrator(args: argparse.Namespace) -> Calibrator:
     large_values = endpoint_values(args, env, "large", need_url=args.problems is not None)
     large = EndpointConfig.model_validate(large_values) if "base_url" in large_values else None
     args.large_identity = ModelIdentity(model=large_values["model"]) if large is None else None
-    sampling = SamplingConfig.model_validate(
-        {
-            **env.get("sampling", {}),
-            **{
-                key: getattr(args, key)
-                for key in ("max_tokens", "temperature", "seed")
-                if getattr(args, key) is not None
-            },
-        }
-    )
+    sampling = SamplingConfig.model_validate(sampling_values(args, env))
     candidates = json.loads(args.candidates) if args.candidates else DEFAULT_CANDIDATES
     rule = SelectionRule(
         k=args.k, min_occurrences=args.min_occurrences, max_span_tokens=args.max_span_tokens

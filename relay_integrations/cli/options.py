@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ..core.config import RelayConfig
+from ..core.config import RelayConfig, SamplingConfig
 from ..core.errors import RelayError
 
 
@@ -42,9 +42,33 @@ def add_relay_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="use a cue artifact calibrated for another model pair",
     )
-    parser.add_argument("--max-tokens", type=int, help="budget for reasoning plus answer")
-    parser.add_argument("--temperature", type=float)
-    parser.add_argument("--seed", type=int)
+    add_sampling_options(parser, budget="budget for reasoning plus answer")
+
+
+_INTEGER_SAMPLING = ("top_k", "seed", "max_tokens")
+
+
+def add_sampling_options(parser: argparse.ArgumentParser, budget: str) -> None:
+    """``--temperature``, ``--top-p``, ``--top-k``, ``--min-p``, the penalties, ``--seed`` and
+    ``--max-tokens``: every field of :class:`SamplingConfig` (ranges checked by it)."""
+    for name in SamplingConfig.model_fields:
+        help_text = (
+            budget if name == "max_tokens" else SamplingConfig.model_fields[name].description
+        )
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            type=int if name in _INTEGER_SAMPLING else float,
+            help=help_text,
+        )
+
+
+def sampling_values(args: argparse.Namespace, env: dict[str, Any]) -> dict[str, Any]:
+    """``RELAY_SAMPLING__*`` with the command line's sampling options on top."""
+    values = dict(env.get("sampling", {}))
+    for name in SamplingConfig.model_fields:
+        if getattr(args, name, None) is not None:
+            values[name] = getattr(args, name)
+    return values
 
 
 def relay_config(args: argparse.Namespace) -> RelayConfig:
@@ -56,8 +80,5 @@ def relay_config(args: argparse.Namespace) -> RelayConfig:
         values["cues"] = json.loads(args.cues) if args.cues.lstrip()[:1] == "[" else args.cues
     if args.allow_model_mismatch:
         values["allow_model_mismatch"] = True
-    sampling = values.setdefault("sampling", {})
-    for key in ("max_tokens", "temperature", "seed"):
-        if getattr(args, key) is not None:
-            sampling[key] = getattr(args, key)
+    values["sampling"] = sampling_values(args, values)
     return RelayConfig.model_validate(values)

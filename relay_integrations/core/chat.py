@@ -59,6 +59,8 @@ class ChatRequest:
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     request_hook: RequestHook | None = None
     """Extra fields per upstream request (``relay_integrations.testing.forcing``, ...)."""
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    """vLLM fields for every request of both models (checked by the adapters)."""
     generation_id: str | None = None
     """Id of the generation upstream (session header, vLLM request ids); unique per turn."""
 
@@ -163,6 +165,7 @@ async def stream_chat(
         stop=request.stop,
         answer_extra_body={"structured_outputs": constraint} if constraint else None,
         request_hook=request.request_hook,
+        extra_body=request.extra_body,
         generation_id=request.generation_id,
     ):
         if isinstance(event, TextDelta):

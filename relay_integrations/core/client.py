@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from .chat import ChatEvent, ChatRequest, ChatResponse, stream_chat
 from .config import RelayConfig
 from .cues import CueSet
+from .rendering import PromptRenderer
 from .switcher import RelaySwitcher
 from .sync import BackgroundLoop
 
@@ -26,9 +27,12 @@ T = TypeVar("T")
 class RelayClient:
     """Switchers per event loop (HTTP clients belong to one loop) over one configuration."""
 
-    def __init__(self, config: RelayConfig, cues: CueSet) -> None:
+    def __init__(
+        self, config: RelayConfig, cues: CueSet, renderer: PromptRenderer | None = None
+    ) -> None:
         self.config = config
         self.cues = cues
+        self.renderer = renderer
         self._switchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RelaySwitcher] = (
             weakref.WeakKeyDictionary()
         )
@@ -39,7 +43,7 @@ class RelayClient:
         loop = asyncio.get_running_loop()
         switcher = self._switchers.get(loop)
         if switcher is None:
-            switcher = RelaySwitcher(self.config, cues=self.cues)
+            switcher = RelaySwitcher(self.config, cues=self.cues, renderer=self.renderer)
             self._switchers[loop] = switcher
         return switcher
 

@@ -20,7 +20,9 @@ import os
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from .habits import check_extra_body
 
 ModelRole = Literal["large", "small"]
 
@@ -74,16 +76,19 @@ class SamplingConfig(_Frozen):
     """Sampling shared by both models. Defaults are the RelayGen paper's; a field left None is
     not sent, so the server's default (the model's ``generation_config``) applies."""
 
-    temperature: Temperature = 0.6
-    top_p: TopP = 0.95
-    top_k: TopK | None = 20
-    min_p: MinP | None = None
+    temperature: Temperature = Field(default=0.6, description="sampling temperature, [0, 2]")
+    top_p: TopP = Field(default=0.95, description="nucleus sampling mass, (0, 1]")
+    top_k: TopK | None = Field(default=20, description="top-k cut (0 or -1: none)")
+    min_p: MinP | None = Field(default=None, description="min-p cut relative to the top token")
     presence_penalty: Penalty | None = Field(
-        default=None, description="Qwen3's model card suggests 0-2 against endless repetition"
+        default=None,
+        description="[-2, 2]; Qwen3's model card suggests up to 1.5 against endless repetition",
     )
-    frequency_penalty: Penalty | None = None
-    repetition_penalty: RepetitionPenalty | None = None
-    seed: int | None = None
+    frequency_penalty: Penalty | None = Field(default=None, description="[-2, 2]")
+    repetition_penalty: RepetitionPenalty | None = Field(
+        default=None, description="vLLM's multiplicative penalty (1: none)"
+    )
+    seed: int | None = Field(default=None, description="seed of both models' sampling")
     max_tokens: int = Field(
         default=32768, ge=1, description="One budget for reasoning plus answer, over all segments"
     )
@@ -124,6 +129,13 @@ class EndpointConfig(_Frozen):
         default_factory=SamplingOverrides,
         description="This model's own sampling, over the shared values (e.g. a cooler small model)",
     )
+
+    @field_validator("extra_body")
+    @classmethod
+    def _own_fields_only(cls, body: dict[str, Any]) -> dict[str, Any]:
+        # logit_bias is this model's own token ids here, so it means what it says
+        check_extra_body(body, "extra_body", MODEL_SAMPLING_FIELDS, allowed=("logit_bias",))
+        return body
 
     @property
     def server_root(self) -> str:

@@ -61,6 +61,7 @@ class Generation:
         context_windows: Mapping[ModelRole, int | None],
         sampling: SamplingConfig,
         request_hook: RequestHook | None = None,
+        extra_body: Mapping[str, Any] | None = None,
         started: float | None = None,
     ) -> None:
         self.id = generation_id
@@ -70,6 +71,7 @@ class Generation:
         self.context_windows = context_windows
         self.sampling = sampling
         self.request_hook = request_hook
+        self.extra_body = dict(extra_body or {})
         self.mode = PromptReasoning.of(prompts["large"].text, config.markers)
         self.transcript = ""
         self.phase: Phase = "answer" if self.mode is PromptReasoning.CLOSED else "reasoning"
@@ -251,7 +253,7 @@ class Generation:
         stops: Sequence[str],
         extra_body: Mapping[str, Any] | None,
     ) -> CompletionRequest:
-        body = dict(extra_body or {})
+        body = {**self.extra_body, **(extra_body or {})}
         if self.request_hook is not None:
             body.update(self.request_hook(role, self.phase, self.transcript))
         self.requests_sent += 1

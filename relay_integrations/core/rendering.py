@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import openai
 
@@ -45,6 +45,7 @@ class RenderedPrompt:
     token_count: int | None = None
 
 
+@runtime_checkable
 class PromptRenderer(Protocol):
     """Renders a chat into the prompt text of one endpoint's model."""
 

@@ -2,9 +2,7 @@
 
 LangChain and LlamaIndex users configure a model with keyword fields (``temperature=0``,
 ``max_tokens=512``, ``timeout=60``); :class:`RelaySettings` declares them once, with the two
-endpoints, the cue set and the policy, and turns them into a :class:`RelayConfig`. Fields left
-unset come from ``RELAY_*`` environment variables (``RELAY_LARGE__BASE_URL``, ...,
-``RELAY_API_KEY``), so ``RelayChatModel()`` works in a configured deployment::
+endpoints, the cue set and the policy, and turns them into a :class:`RelayConfig`::
 
     class RelayChatModel(RelaySettings, BaseChatModel): ...
 
@@ -12,66 +10,168 @@ unset come from ``RELAY_*`` environment variables (``RELAY_LARGE__BASE_URL``, ..
         large_url="http://gpu-a:8000/v1", large_model="Qwen/Qwen3-32B",
         small_url="http://gpu-b:8001/v1", small_model="Qwen/Qwen3-1.7B",
         cues="calibration/cues.json", temperature=0.6, max_tokens=8192,
+        small={"sampling": {"temperature": 0.3}, "api_key": "key-b"},  # the small model's own
     )
+
+Where a value comes from, first match wins: the keyword field; for one model, its own
+``large=``/``small=`` settings over the shared fields; a ``RELAY_*`` environment variable
+(``RELAY_LARGE__BASE_URL``, ``RELAY_SAMPLING__TEMPERATURE``, ``RELAY_POLICY__ANSWER_MODEL``,
+``RELAY_SMALL__EXTRA_HEADERS``, ..., ``RELAY_API_KEY``: every variable ``RelayConfig.from_env``
+reads); the default of the core's configuration (``SamplingConfig``, ``EndpointConfig``,
+``SwitchPolicy``), which the flat fields share. Unknown fields and call arguments are refused
+with what to use instead (:mod:`relay_integrations.core.habits`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, Field, PrivateAttr, SecretStr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .chat import ChatRequest, Message
 from .client import RelayClient
-from .config import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
+from .config import (
+    MODEL_SAMPLING_FIELDS,
+    EndpointConfig,
+    MinP,
+    Penalty,
+    RelayConfig,
+    RepetitionPenalty,
+    SamplingConfig,
+    SwitchPolicy,
+    Temperature,
+    TopK,
+    TopP,
+)
 from .cues import CueSet
 from .generation import RequestHook
+from .habits import FIELD_ALIASES, check_extra_body, unknown_names_message
+from .rendering import PromptRenderer
 
-SAMPLING_ARGUMENTS = ("temperature", "top_p", "top_k", "seed", "max_tokens")
-CALL_ARGUMENTS = frozenset({*SAMPLING_ARGUMENTS, "stop", "chat_template_kwargs"})
+SAMPLING_ARGUMENTS = (*MODEL_SAMPLING_FIELDS, "max_tokens")
+CALL_ARGUMENTS = frozenset({*SAMPLING_ARGUMENTS, "stop", "chat_template_kwargs", "extra_body"})
 """Keyword arguments every adapter call accepts."""
 
-_ENV_FIELDS = {
+_SHARED_ENDPOINT_FIELDS = {
+    "api_key": "api_key",
+    "timeout": "read_timeout",
+    "connect_timeout": "connect_timeout",
+    "max_retries": "max_retries",
+    "max_concurrency": "max_concurrency",
+    "default_headers": "extra_headers",
+    "extra_body": "extra_body",
+}
+"""Flat fields that set both endpoints (a model's own ``large=``/``small=`` wins)."""
+
+_ROLE_FIELDS = {
     "large_url": ("large", "base_url"),
     "large_model": ("large", "model"),
     "small_url": ("small", "base_url"),
     "small_model": ("small", "model"),
 }
+_TOP_FIELDS = ("cues", "allow_model_mismatch", "policy")
+
+
+def _default(model: type[BaseModel], name: str) -> Any:
+    """The core's default of a field, so that the flat fields have no second copy."""
+    return model.model_fields[name].get_default(call_default_factory=True)
 
 
 class RelaySettings(BaseModel):
     """Endpoints, cue set, policy and sampling of a relay model (a mixin for the adapters)."""
 
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    refused_fields: ClassVar[Mapping[str, str]] = {}
+    """The adapter's own refusals (field -> what to use instead), over the shared ones."""
+    field_aliases: ClassVar[Mapping[str, str]] = FIELD_ALIASES
+    """Names other clients use for this adapter's fields."""
+    implied_fields: ClassVar[Mapping[str, Any]] = {}
+    """Other clients' fields that state what this adapter always is (``is_chat_model=True``):
+    that value is accepted, any other refused."""
+
     large_url: str = Field(description="OpenAI base URL of the large model's vLLM server")
     large_model: str = Field(description="Served name of the large (reasoning) model")
     small_url: str = Field(description="OpenAI base URL of the small model's vLLM server")
     small_model: str = Field(description="Served name of the small model")
+    large: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The large model's own EndpointConfig fields (api_key, extra_headers, "
+        "extra_body, read_timeout, sampling={...}, ...), over the shared fields",
+    )
+    small: dict[str, Any] = Field(
+        default_factory=dict, description="The small model's own EndpointConfig fields"
+    )
     api_key: SecretStr | None = Field(
         default=None, description="Bearer key of both servers (RELAY_API_KEY)"
     )
+    default_headers: dict[str, str] = Field(
+        default_factory=dict, description="HTTP headers sent to both servers"
+    )
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict,
+        description="vLLM request fields for both models (alias model_kwargs, additional_kwargs)",
+    )
+    timeout: float | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds to wait for the next streamed chunk (default 600; alias "
+        "request_timeout)",
+    )
+    connect_timeout: float = Field(
+        default=_default(EndpointConfig, "connect_timeout"), gt=0, description="Seconds to connect"
+    )
+    max_retries: int = Field(
+        default=_default(EndpointConfig, "max_retries"),
+        ge=0,
+        description="Retries before the first token",
+    )
+    max_concurrency: int = Field(
+        default=_default(EndpointConfig, "max_concurrency"),
+        ge=1,
+        description="Requests in flight per endpoint",
+    )
     cues: str | list[str] = Field(
-        default="builtin:qwen3-32b--qwen3-1.7b",
+        default=_default(RelayConfig, "cues"),
         description="Cue artifact path (relaygen calibrate), 'builtin:NAME', or a list of cues",
     )
     allow_model_mismatch: bool = Field(
         default=False, description="Use a cue artifact calibrated for another model pair"
     )
     policy: SwitchPolicy = Field(default_factory=SwitchPolicy)
-    temperature: float = Field(default=0.6, ge=0)
-    top_p: float = Field(default=0.95, gt=0, le=1)
-    top_k: int | None = 20
+    temperature: Temperature = _default(SamplingConfig, "temperature")
+    top_p: TopP = _default(SamplingConfig, "top_p")
+    top_k: TopK | None = _default(SamplingConfig, "top_k")
+    min_p: MinP | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    repetition_penalty: RepetitionPenalty | None = None
     seed: int | None = None
-    max_tokens: int = Field(default=32768, ge=1, description="Budget for reasoning plus answer")
-    stop: list[str] | None = Field(default=None, description="Stop sequences of the answer")
-    timeout: float | None = Field(
-        default=None, description="Seconds to wait for the next streamed chunk (default 600)"
+    max_tokens: int = Field(
+        default=_default(SamplingConfig, "max_tokens"),
+        ge=1,
+        description="Budget for reasoning plus answer (alias max_completion_tokens)",
     )
-    max_retries: int = Field(default=3, ge=0, description="Retries before the first token")
-    max_concurrency: int = Field(default=64, ge=1, description="Requests in flight per endpoint")
+    stop: list[str] | None = Field(default=None, description="Stop sequences of the answer")
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict, description='e.g. {"enable_thinking": False}'
+    )
+    renderer: PromptRenderer | None = Field(
+        default=None,
+        exclude=True,
+        description="How prompts are rendered (default: the servers' own chat templates via "
+        "POST /tokenize; relay_integrations.core.rendering.JinjaTemplate for servers without)",
     )
     request_hook: RequestHook | None = Field(
         default=None,
@@ -81,28 +181,84 @@ class RelaySettings(BaseModel):
     )
 
     _client: RelayClient = PrivateAttr()
-
-    @model_validator(mode="after")
-    def _connect(self) -> Self:
-        """Load the cue set (a bad artifact fails here, with its reason); make the client."""
-        self._client = RelayClient(self.relay_config(), self.load_cues())
-        return self
+    _config: RelayConfig = PrivateAttr()
 
     @model_validator(mode="before")
     @classmethod
-    def _from_environment(cls, data: Any) -> Any:
+    def _from_user(cls, data: Any) -> Any:
+        """Aliases renamed, habits refused with what to use instead, unset fields from the
+        environment (so that the fields read true)."""
         if not isinstance(data, dict):
             return data
+        filled = cls._renamed(data)
+        cls._refuse_unknown(filled)
         env = RelayConfig.env_values()
-        filled = dict(data)
-        for field, (role, key) in _ENV_FIELDS.items():
-            if filled.get(field) is None and key in env.get(role, {}):
-                filled[field] = env[role][key]
-        if filled.get("cues") is None and "cues" in env:
-            filled["cues"] = env["cues"]
+        for name, (role, key) in _ROLE_FIELDS.items():
+            if filled.get(name) is None and key in env.get(role, {}):
+                filled[name] = env[role][key]
+        for name in SAMPLING_ARGUMENTS:
+            if name not in filled and name in env.get("sampling", {}):
+                filled[name] = env["sampling"][name]
+        for name in _TOP_FIELDS:
+            if filled.get(name) is None and name in env:
+                filled[name] = env[name]
         if filled.get("api_key") is None and os.environ.get("RELAY_API_KEY"):
             filled["api_key"] = os.environ["RELAY_API_KEY"]
         return filled
+
+    @classmethod
+    def _renamed(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        renamed: dict[str, Any] = {}
+        for name, value in data.items():
+            if name in cls.implied_fields:
+                if value != cls.implied_fields[name]:
+                    raise ValueError(
+                        f"{name}={value!r}: {cls.__name__} is always "
+                        f"{name}={cls.implied_fields[name]!r}; remove it"
+                    )
+                continue
+            target = cls.field_aliases.get(name, name)
+            if target in renamed and target == "extra_body" and isinstance(value, Mapping):
+                renamed[target] = {**renamed[target], **value}  # model_kwargs and extra_body
+            elif target in renamed and target != name:
+                raise ValueError(f"{name} and {target} mean the same; give one of them")
+            else:
+                renamed[target] = value
+        if isinstance(renamed.get("stop"), str):
+            renamed["stop"] = [renamed["stop"]]  # ChatOpenAI takes one stop string too
+        return renamed
+
+    @classmethod
+    def _refuse_unknown(cls, data: Mapping[str, Any]) -> None:
+        accepted = {*cls.model_fields, *(f.alias for f in cls.model_fields.values() if f.alias)}
+        unknown = set(data) - accepted
+        if unknown:
+            raise ValueError(
+                unknown_names_message(
+                    cls.__name__, "the fields", unknown, sorted(accepted), cls.refused_fields
+                )
+            )
+
+    @field_validator("extra_body")
+    @classmethod
+    def _own_fields_only(cls, body: dict[str, Any]) -> dict[str, Any]:
+        check_extra_body(body, "extra_body", MODEL_SAMPLING_FIELDS)
+        return body
+
+    @field_validator("large", "small", mode="before")
+    @classmethod
+    def _endpoint_fields(cls, value: Any) -> Any:
+        if isinstance(value, EndpointConfig):
+            return value.model_dump(exclude_unset=True)
+        return value
+
+    @model_validator(mode="after")
+    def _connect(self) -> Self:
+        """Build the configuration and load the cue set (a bad artifact or a bad field fails
+        here, with its reason); make the client."""
+        self._config = self._build_config()
+        self._client = RelayClient(self._config, self.load_cues(), renderer=self.renderer)
+        return self
 
     @property
     def model_name(self) -> str:
@@ -118,63 +274,87 @@ class RelaySettings(BaseModel):
         """The cue set; a missing or malformed artifact fails here with the reason."""
         return CueSet.load(self.cues)
 
+    def relay_config(self) -> RelayConfig:
+        """The core configuration these settings stand for."""
+        return self._config
+
     def sampling(self, **overrides: Any) -> SamplingConfig:
-        """Sampling from the fields, with per-call overrides (``temperature=0``, ...)."""
-        values = {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "seed": self.seed,
-            "max_tokens": self.max_tokens,
-        }
-        values.update({k: v for k, v in overrides.items() if k in values and v is not None})
-        return SamplingConfig(**values)
+        """The shared sampling, with per-call overrides (``temperature=0``, ...); a value out
+        of vLLM's range fails here, naming the field."""
+        base = self._config.sampling
+        given = {k: v for k, v in overrides.items() if v is not None}
+        if not given:
+            return base
+        return SamplingConfig.model_validate({**base.model_dump(exclude_unset=True), **given})
 
     def chat_request(
         self, messages: Sequence[Message], call: Mapping[str, Any], **fields: Any
     ) -> ChatRequest:
         """A chat turn from a framework call's keyword arguments.
 
-        `call` may hold sampling overrides (``temperature``, ``top_p``, ``top_k``, ``seed``,
-        ``max_tokens``), ``stop`` and ``chat_template_kwargs``; anything else is refused with
-        the accepted names. `fields` are the request fields the adapter has already
+        `call` may hold sampling overrides (``temperature``, ``top_p``, ``top_k``, ``min_p``,
+        the penalties, ``seed``, ``max_tokens``), ``stop``, ``chat_template_kwargs`` and
+        ``extra_body`` (vLLM fields for both models' requests); anything else is refused with
+        what to use instead. `fields` are the request fields the adapter has already
         translated (``tools``, ``tool_choice``, ``parallel_tool_calls``, ``response_format``).
         """
+        call = self._renamed(call)
         unknown = set(call) - CALL_ARGUMENTS - set(fields)
         if unknown:
             raise TypeError(
-                f"{type(self).__name__} got unsupported arguments {sorted(unknown)}; it takes "
-                f"{sorted(CALL_ARGUMENTS | set(fields))}"
+                unknown_names_message(
+                    type(self).__name__,
+                    "the call arguments",
+                    unknown,
+                    sorted(CALL_ARGUMENTS | set(fields)),
+                    self.refused_fields,
+                )
             )
+        extra_body = dict(call.get("extra_body") or {})
+        check_extra_body(extra_body, "extra_body", MODEL_SAMPLING_FIELDS)
         stop = call.get("stop")
+        try:
+            sampling = self.sampling(**{k: call.get(k) for k in SAMPLING_ARGUMENTS})
+        except ValidationError as invalid:
+            raise ValueError(str(invalid)) from None
         return ChatRequest(
             messages=messages,
             stop=stop if stop is not None else (self.stop or ()),
-            sampling=self.sampling(**{k: call.get(k) for k in SAMPLING_ARGUMENTS}),
+            sampling=sampling,
             chat_template_kwargs={
                 **self.chat_template_kwargs,
                 **(call.get("chat_template_kwargs") or {}),
             },
             request_hook=self.request_hook,
+            extra_body=extra_body,
             **fields,
         )
 
-    def relay_config(self) -> RelayConfig:
-        def endpoint(url: str, model: str) -> EndpointConfig:
-            return EndpointConfig(
-                base_url=url,
-                model=model,
-                api_key=self.api_key,
-                read_timeout=self.timeout or 600.0,
-                max_retries=self.max_retries,
-                max_concurrency=self.max_concurrency,
-            )
+    def _build_config(self) -> RelayConfig:
+        data = RelayConfig.env_values()
+        given = {name: getattr(self, name) for name in self.model_fields_set}
+        for role in ("large", "small"):
+            endpoint = data.setdefault(role, {})
+            for name, key in _SHARED_ENDPOINT_FIELDS.items():
+                if given.get(name) is not None:
+                    endpoint[key] = _merged(endpoint.get(key), given[name])
+            for name, (field_role, key) in _ROLE_FIELDS.items():
+                if field_role == role and given.get(name) is not None:
+                    endpoint[key] = given[name]
+            for key, value in getattr(self, role).items():
+                endpoint[key] = _merged(endpoint.get(key), value)
+        sampling = data.setdefault("sampling", {})
+        sampling.update({k: given[k] for k in SAMPLING_ARGUMENTS if k in given})
+        for name in _TOP_FIELDS:
+            if given.get(name) is not None:
+                data[name] = _merged(data.get(name), given[name])  # a policy merges by field
+        return RelayConfig.model_validate(data)
 
-        return RelayConfig(
-            large=endpoint(self.large_url, self.large_model),
-            small=endpoint(self.small_url, self.small_model),
-            cues=self.cues,
-            allow_model_mismatch=self.allow_model_mismatch,
-            sampling=self.sampling(),
-            policy=self.policy,
-        )
+
+def _merged(base: Any, value: Any) -> Any:
+    """Dicts (headers, body fields, a model's sampling) merge key by key; other values replace."""
+    if isinstance(base, Mapping) and isinstance(value, Mapping):
+        return {**base, **value}
+    if isinstance(base, Mapping) and isinstance(value, BaseModel):
+        return {**base, **value.model_dump(exclude_unset=True)}
+    return value

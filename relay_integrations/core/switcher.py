@@ -99,17 +99,19 @@ class RelaySwitcher:
         stop: Sequence[str] = (),
         answer_extra_body: Mapping[str, Any] | None = None,
         request_hook: RequestHook | None = None,
+        extra_body: Mapping[str, Any] | None = None,
         generation_id: str | None = None,
     ) -> AsyncIterator[RelayEvent]:
         """Stream one generation as events: text deltas, finished segments, then the result.
 
         ``stop`` sequences apply to the answer only. ``answer_extra_body`` adds vLLM fields to
         the answer's request (e.g. ``structured_outputs`` for a forced JSON answer).
-        ``request_hook`` adds fields to every request. ``generation_id`` (unique; default
-        ``relay-<uuid>``) is sent upstream in the session header and, suffixed with a request
-        number, as ``X-Request-Id``, so vLLM's logs name the generation. Raises
-        :class:`EndpointError`, with the partial result, when an endpoint fails beyond what the
-        policy absorbs.
+        ``extra_body`` adds vLLM fields to every request of both models (the endpoints' own
+        ``extra_body`` under them); ``request_hook`` adds fields to every request.
+        ``generation_id`` (unique; default ``relay-<uuid>``) is sent upstream in the session
+        header and, suffixed with a request number, as ``X-Request-Id``, so vLLM's logs name
+        the generation. Raises :class:`EndpointError`, with the partial result, when an
+        endpoint fails beyond what the policy absorbs.
         """
         chat = ChatInput(list(messages), tools, dict(chat_template_kwargs or {}))
         started = time.perf_counter()
@@ -122,7 +124,7 @@ class RelaySwitcher:
             if isinstance(outcome, UpstreamFailure):
                 if role == "small" and self.config.policy.on_small_failure == "use_large":
                     continue  # unreachable small model: the large one writes everything
-                raise EndpointError(role, str(outcome.cause)) from outcome
+                raise EndpointError(role, outcome.detail) from outcome
             if isinstance(outcome, BaseException):
                 raise outcome
             prepared[role] = outcome
@@ -134,6 +136,7 @@ class RelaySwitcher:
             context_windows={role: window for role, (_, window) in prepared.items()},
             sampling=sampling or self.config.sampling,
             request_hook=request_hook,
+            extra_body=extra_body or {},
             started=started,
         )
         run.small_available = "small" in prepared
@@ -142,7 +145,7 @@ class RelaySwitcher:
                 yield event
         except UpstreamFailure as failure:
             raise EndpointError(
-                failure.role, str(failure.cause), partial=run.result("error")
+                failure.role, failure.detail, partial=run.result("error")
             ) from failure
 
     async def _relay(

@@ -21,7 +21,7 @@ from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.v1 import BaseModel as BaseModelV1
 
 from ..core.chat import (
@@ -116,6 +116,16 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         large-model share of written tokens, switches, time, usage per model).
     """
 
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    streaming: bool = Field(
+        default=False,
+        description="invoke() streams, so callbacks see each token (as ChatOpenAI's streaming)",
+    )
+    stream_usage: bool = Field(
+        default=True, description="Usage on the last streamed chunk (per call: stream_usage=)"
+    )
+
     @property
     def _llm_type(self) -> str:
         return "relay-chat"
@@ -166,10 +176,12 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
+        stream_usage = kwargs.pop("stream_usage", None)
+        with_usage = self.stream_usage if stream_usage is None else bool(stream_usage)
         request = self._request(messages, stop, kwargs)
         async for event in self._client.stream(request):
             if isinstance(event, ChatResponse):
-                chunk = convert.final_chunk(event, self.model_name)
+                chunk = convert.final_chunk(event, self.model_name, with_usage=with_usage)
             else:
                 chunk = convert.delta_chunk(event)
             generation = ChatGenerationChunk(message=chunk)
@@ -327,6 +339,8 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
     ) -> ChatRequest:
         call = {k: v for k, v in kwargs.items() if not k.startswith("ls_")}  # tracing only
+        call.pop("stream", None)  # LangChain's own switch between _stream and _generate
+        call.pop("stream_usage", None)  # a streaming option; invoke always has usage
         if stop is not None:
             call["stop"] = stop
         return self.chat_request(

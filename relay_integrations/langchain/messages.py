@@ -50,11 +50,14 @@ def delta_chunk(event: ReasoningDelta | ContentDelta | ToolCallDelta) -> AIMessa
     )
 
 
-def final_chunk(response: ChatResponse, model_name: str) -> AIMessageChunk:
-    """The last chunk of a stream: usage over both models and the response metadata."""
+def final_chunk(
+    response: ChatResponse, model_name: str, *, with_usage: bool = True
+) -> AIMessageChunk:
+    """The last chunk of a stream: usage over both models (unless ``stream_usage=False``)
+    and the response metadata."""
     return AIMessageChunk(
         content="",
-        usage_metadata=usage_metadata(response.result),
+        usage_metadata=usage_metadata(response.result) if with_usage else None,
         response_metadata=response_metadata(response, model_name),
         chunk_position="last",
     )

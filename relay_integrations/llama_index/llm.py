@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from llama_index.core.base.llms.generic_utils import (
     achat_to_completion_decorator,
@@ -28,7 +28,7 @@ from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW as DEFAULT_WINDOW
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
-from pydantic import Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr
 
 from ..core.chat import (
     ChatRequest,
@@ -80,6 +80,16 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
     answer, so a long reasoning never hands an agent (``ReActAgent`` retries empty replies)
     an empty reply.
     """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    refused_fields: ClassVar[Mapping[str, str]] = {
+        "streaming": "use stream_chat() or astream_chat() (stream_complete for prompts)",
+    }
+    implied_fields: ClassVar[Mapping[str, Any]] = {
+        "is_chat_model": True,
+        "is_function_calling_model": True,
+    }
 
     context_window: int | None = Field(
         default=None, description="Context window; None asks the large model's server"

@@ -27,8 +27,18 @@ from ..core.chat import (
     ResponseFormat,
     normalize_tool_choice,
 )
-from ..core.config import SamplingConfig
+from ..core.config import (
+    MODEL_SAMPLING_FIELDS,
+    MinP,
+    Penalty,
+    RepetitionPenalty,
+    SamplingConfig,
+    Temperature,
+    TopK,
+    TopP,
+)
 from ..core.generation import RequestHook
+from ..core.habits import REFUSED_FIELDS
 from .errors import ApiError
 from .settings import ServerSettings
 
@@ -88,10 +98,15 @@ class ChatCompletionRequest(BaseModel):
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
+    min_p: MinP | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    repetition_penalty: RepetitionPenalty | None = None
     seed: int | None = None
+    logit_bias: dict[str, float] | None = None
     stop: str | list[str] | None = None
     n: int = 1
     logprobs: bool | None = None
@@ -126,6 +141,8 @@ class ChatCompletionRequest(BaseModel):
             )
         if self.logprobs:
             raise ApiError(400, "logprobs are not available through the relay", param="logprobs")
+        if self.logit_bias:
+            raise ApiError(400, f"logit_bias: {REFUSED_FIELDS['logit_bias']}", param="logit_bias")
         if not self.messages:
             raise ApiError(400, "messages must hold at least one message", param="messages")
         if len(self.messages) > limits.max_messages:
@@ -167,13 +184,8 @@ class ChatCompletionRequest(BaseModel):
         `request_hook` is the server's (tests and benchmarks force outputs with it); clients
         cannot set upstream fields.
         """
-        overrides = {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "seed": self.seed,
-            "max_tokens": self.budget,
-        }
+        overrides = {name: getattr(self, name) for name in MODEL_SAMPLING_FIELDS}
+        overrides["max_tokens"] = self.budget
         sampling = defaults.model_copy(update={k: v for k, v in overrides.items() if v is not None})
         stop: Sequence[str] = [self.stop] if isinstance(self.stop, str) else (self.stop or ())
         tools = [t.model_dump(exclude_none=True, by_alias=True) for t in self.tools or ()]

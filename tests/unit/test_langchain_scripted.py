@@ -85,7 +85,10 @@ async def test_an_unusable_cue_artifact_fails_when_the_model_is_built(tmp_path) 
 async def test_unknown_call_arguments_are_refused_with_the_accepted_ones(
     server: ScriptedVLLM,
 ) -> None:
-    with pytest.raises(TypeError, match=r"unsupported arguments \['temprature'\]"):
+    with pytest.raises(
+        TypeError,
+        match=r"call arguments \['temprature'\]:\n  temprature: did you mean 'temperature'",
+    ):
         await model(server).ainvoke("Hi", temprature=0)
 
 
