@@ -164,6 +164,30 @@ def test_a_whole_completion_has_reasoning_content_usage_and_relay_figures(
     )
 
 
+def test_sampling_fields_reach_both_models_and_logit_bias_is_refused(
+    client: openai.OpenAI, upstream: ScriptedVLLM
+) -> None:
+    for model in upstream.models.values():
+        model.requests.clear()
+    client.chat.completions.create(
+        model="large",
+        messages=QUESTION,
+        presence_penalty=1.5,
+        frequency_penalty=-0.5,
+        extra_body={"min_p": 0.05, "repetition_penalty": 1.1, "top_k": 40},
+    )
+    bodies = upstream.models["large"].requests + upstream.models["small"].requests
+    assert upstream.models["large"].requests and upstream.models["small"].requests
+    for body in bodies:
+        assert (body["presence_penalty"], body["frequency_penalty"]) == (1.5, -0.5)
+        assert (body["min_p"], body["repetition_penalty"], body["top_k"]) == (0.05, 1.1, 40)
+    with pytest.raises(openai.BadRequestError, match="tokenizers") as refused:
+        client.chat.completions.create(model="large", messages=QUESTION, logit_bias={"7": 5})
+    assert refused.value.body["param"] == "logit_bias"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError, match="presence_penalty"):
+        client.chat.completions.create(model="large", messages=QUESTION, presence_penalty=3)
+
+
 async def test_the_async_client_gets_the_same_answer(served: ServedRelay) -> None:
     async with openai.AsyncOpenAI(base_url=served.base_url, api_key="x") as client:
         response = await client.chat.completions.create(model="large", messages=QUESTION)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from llama_index.core.base.llms.types import ChatMessage
 from pydantic import SecretStr, ValidationError
 
@@ -226,3 +227,32 @@ def test_the_flat_defaults_are_the_cores() -> None:
     assert model.sampling() == SamplingConfig()
     for name in ("temperature", "top_p", "top_k", "max_tokens"):
         assert getattr(model, name) == getattr(SamplingConfig(), name)
+
+
+class TokenCounter(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.tokens: list[str] = []
+
+    def on_llm_new_token(self, token: Any, **kwargs: Any) -> None:
+        self.tokens.append(str(token))
+
+
+async def test_streaming_true_makes_invoke_stream_through_callbacks(server: ScriptedVLLM) -> None:
+    fields = relay_fields(server.base_url)
+    quiet, streamed = TokenCounter(), TokenCounter()
+    await RelayChatModel(**fields).ainvoke("What is 2 + 2?", config={"callbacks": [quiet]})
+    message = await RelayChatModel(**fields, streaming=True).ainvoke(
+        "What is 2 + 2?", config={"callbacks": [streamed]}
+    )
+    assert quiet.tokens == []
+    assert "".join(streamed.tokens) == message.text == "The answer is 4."
+    assert message.usage_metadata is not None  # the chunks' usage, summed
+
+
+async def test_stream_usage_false_leaves_usage_off_the_stream(server: ScriptedVLLM) -> None:
+    fields = relay_fields(server.base_url)
+    with_usage = [c async for c in RelayChatModel(**fields).astream("What is 2 + 2?")]
+    without = [c async for c in RelayChatModel(**fields, stream_usage=False).astream("Hi")]
+    per_call = [c async for c in RelayChatModel(**fields).astream("Hi", stream_usage=False)]
+    assert sum(c.usage_metadata is not None for c in with_usage) == 1
+    assert all(c.usage_metadata is None for c in without + per_call)

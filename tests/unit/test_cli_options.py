@@ -1,0 +1,38 @@
+"""The relaygen commands' sampling options: every SamplingConfig field, checked by it."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from pydantic import ValidationError
+
+from relay_integrations.cli.options import add_relay_options, relay_config
+
+ENDPOINTS = ["--large-url", "http://a/v1", "--large-model", "l"]
+ENDPOINTS += ["--small-url", "http://b/v1", "--small-model", "s"]
+
+
+def parse(*options: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_relay_options(parser)
+    return parser.parse_args([*ENDPOINTS, *options])
+
+
+def test_every_sampling_field_is_an_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RELAY_SAMPLING__TOP_P", "0.8")
+    args = parse(
+        *("--presence-penalty", "1.5", "--frequency-penalty", "-0.5"),
+        *("--repetition-penalty", "1.1", "--min-p", "0.05", "--top-k", "40"),
+        *("--temperature", "0.7", "--seed", "3", "--max-tokens", "512"),
+    )
+    sampling = relay_config(args).sampling
+    assert (sampling.presence_penalty, sampling.frequency_penalty) == (1.5, -0.5)
+    assert (sampling.repetition_penalty, sampling.min_p, sampling.top_k) == (1.1, 0.05, 40)
+    assert (sampling.temperature, sampling.seed, sampling.max_tokens) == (0.7, 3, 512)
+    assert sampling.top_p == 0.8  # from the environment, not overridden
+
+
+def test_a_value_out_of_vllms_range_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValidationError, match="presence_penalty"):
+        relay_config(parse("--presence-penalty", "5"))
