@@ -3,8 +3,10 @@
 Requests that fail before their first token (refused connection, 408/409/429, 5xx) are retried
 with exponential backoff, honouring ``Retry-After``. A stream that breaks after it has produced
 text raises :class:`StreamInterrupted` carrying that text, so the caller can resume instead of
-starting over. Closing the iterator (or cancelling its task) closes the HTTP response, and vLLM
-aborts the request::
+starting over. A request that fails for good raises :class:`UpstreamFailure`, whose ``detail``
+names the URL and the likely fix (a server that is not up, a base URL without ``/v1``, a wrong
+key) next to vLLM's own message. Closing the iterator (or cancelling its task) closes the HTTP
+response, and vLLM aborts the request::
 
     endpoint = Endpoint(EndpointConfig(base_url="http://127.0.0.1:8000/v1", model="qwen3"))
     async for piece in endpoint.stream_completion(CompletionRequest(prompt="Hi", max_tokens=8)):
@@ -30,6 +32,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from .client_shards import ClientShards
 from .config import EndpointConfig, ModelRole
 from .errors import RelayError, ServerSetupError
+from .upstream_errors import Tries, explain_failure
 
 T = TypeVar("T")
 RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -72,10 +75,15 @@ class StreamInterrupted(RelayError):
 
 
 class UpstreamFailure(RelayError):
-    """A request failed before its first token: after all retries, or with a final error."""
+    """A request failed before its first token: after all retries, or with a final error.
 
-    def __init__(self, role: ModelRole, cause: BaseException) -> None:
-        super().__init__(f"{role} endpoint failed: {cause}")
+    ``detail`` is the message for people (the URL, vLLM's own message, what to check);
+    ``cause`` is the SDK's exception, for callers that decide by its type.
+    """
+
+    def __init__(self, role: ModelRole, cause: BaseException, detail: str | None = None) -> None:
+        self.detail = detail or str(cause)
+        super().__init__(f"{role} endpoint failed: {self.detail}")
         self.role = role
         self.cause = cause
 
@@ -167,12 +175,17 @@ class Endpoint:
 
     async def _with_retries(self, call: Callable[[], Awaitable[T]]) -> T:
         """Run `call`, retrying what may pass; a final failure becomes UpstreamFailure."""
+        started, attempts = time.monotonic(), 0
         try:
             async for attempt in self._retrying():
                 with attempt:
+                    attempts += 1
                     return await call()
-        except (openai.APIError, UpstreamErrorEvent) as final:  # not retryable, e.g. 400 or 401
-            raise UpstreamFailure(self.role, final) from final
+        # Not retryable (400, 401, an error event), or the last of the retries (reraise=True)
+        except (openai.APIError, UpstreamErrorEvent) as final:
+            tries = Tries(attempts, time.monotonic() - started)
+            detail = explain_failure(final, self.role, self.config, tries)
+            raise UpstreamFailure(self.role, final, detail) from final
         raise AssertionError("unreachable: tenacity either returns or raises")
 
     async def _list_models(self) -> Any:
@@ -232,14 +245,8 @@ class Endpoint:
             retry=retry_if_exception(_is_retryable),
             stop=stop_after_attempt(self.config.max_retries + 1),
             wait=_wait_retry_after,
-            retry_error_callback=self._give_up,
+            reraise=True,  # the last attempt's own error, explained in _with_retries
         )
-
-    def _give_up(self, state: RetryCallState) -> None:
-        assert state.outcome is not None
-        cause = state.outcome.exception()
-        assert cause is not None
-        raise UpstreamFailure(self.role, cause) from cause
 
 
 def _refusing_cookie_jar() -> http.cookiejar.CookieJar:

@@ -6,7 +6,8 @@ is the rendered chat (``ASSISTANT`` marks where the generation starts) plus what
 generated so far, and the reply is the trace after that. Streaming, stop strings with
 ``include_stop_str_in_output``, ``min_tokens``, ``max_tokens``, ``stop_reason``, usage with
 cached tokens, ``/tokenize``, ``/detokenize`` and ``/v1/models`` behave like vLLM's; a request
-without ``"stream": true`` gets the whole completion in one response. ``/tokenize`` renders
+without ``"stream": true`` gets the whole completion in one response. With ``api_key``, the
+``/v1`` routes want it as a bearer token, as vLLM's ``--api-key`` does. ``/tokenize`` renders
 chat messages (and tools) like vLLM with the Qwen3 chat template (:func:`render_chat`).
 
 A model's ``respond`` callback, when given, replaces the trace: it gets the prompt and the
@@ -219,8 +220,9 @@ class ScriptedModel:
 class ScriptedVLLM:
     """Serves scripted models on a loopback port. Use as an async context manager."""
 
-    def __init__(self, *models: ScriptedModel) -> None:
+    def __init__(self, *models: ScriptedModel, api_key: str | None = None) -> None:
         self.models = {m.name: m for m in models}
+        self.api_key = api_key
         self.vocab: dict[str, int] = {}
         self.words: list[str] = []
         app = Starlette(
@@ -260,7 +262,16 @@ class ScriptedVLLM:
                 self.words.append(t)
         return [self.vocab[t] for t in tokens]
 
+    def _unauthorized(self, request: Request) -> Response | None:
+        """vLLM's answer to a /v1 request without the server's --api-key (the root routes,
+        /tokenize among them, are open there too)."""
+        if self.api_key is None or request.headers.get("authorization") == f"Bearer {self.api_key}":
+            return None
+        return JSONResponse({"error": "Unauthorized"}, status_code=401)
+
     async def _models(self, request: Request) -> Response:
+        if refused := self._unauthorized(request):
+            return refused
         data = [
             {
                 "id": m.name,
@@ -291,6 +302,8 @@ class ScriptedVLLM:
         return JSONResponse({"prompt": "".join(self.words[i] for i in body["tokens"])})
 
     async def _completions(self, request: Request) -> Response:
+        if refused := self._unauthorized(request):
+            return refused
         body = await request.json()
         model = self.models.get(body.get("model"))
         if model is None:

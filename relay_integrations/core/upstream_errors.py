@@ -1,0 +1,142 @@
+"""What a failed upstream request means, in words that name the fix.
+
+The SDK's own texts ("Connection error.", "Error code: 404") name neither the server nor what
+to do. :func:`explain_failure` turns the final error of a request into the ``detail`` of an
+``UpstreamFailure``: the URL, vLLM's own message, and for the mistakes met most (a server that
+is not up, a base URL without ``/v1``, a wrong key) the fix. It reads only what the failed
+request already says, so the happy path pays nothing::
+
+    large endpoint: cannot reach http://127.0.0.1:8101/v1 (connection refused; 4 attempts over
+    3.5 s). Check that the large vLLM server is up at that address.
+    large endpoint: GET http://127.0.0.1:8101/models answered 404 Not Found. The base URL
+    http://127.0.0.1:8101 does not end in /v1, where vLLM serves its OpenAI API: use
+    base_url='http://127.0.0.1:8101/v1'.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import openai
+
+from .config import EndpointConfig, ModelRole
+
+
+@dataclass(frozen=True)
+class Tries:
+    """How hard a request was tried before it failed for good."""
+
+    attempts: int
+    seconds: float
+
+    def __str__(self) -> str:
+        if self.attempts == 1:
+            return "1 attempt"
+        return f"{self.attempts} attempts over {self.seconds:.1f} s"
+
+
+def explain_failure(
+    cause: BaseException, role: ModelRole, config: EndpointConfig, tries: Tries
+) -> str:
+    """What failed, at which URL, and what to check: the ``detail`` of an UpstreamFailure.
+
+    ``cause`` is the request's final error (the SDK's, or an error event); ``tries`` how many
+    attempts it had and how long they took.
+    """
+    if isinstance(cause, openai.APITimeoutError) and not _in_chain(cause, "ConnectTimeout"):
+        return (
+            f"{config.base_url} accepted the request but sent nothing for "
+            f"{config.read_timeout:g} s ({tries}): the {role} vLLM server there is overloaded "
+            "or stuck, or read_timeout is too short."
+        )
+    if isinstance(cause, openai.APIConnectionError):
+        return (
+            f"cannot reach {config.base_url} ({_transport_reason(cause, config)}; {tries}). "
+            f"Check that the {role} vLLM server is up at that address."
+        )
+    if isinstance(cause, openai.APIStatusError):
+        return _status_detail(cause, role, config, tries)
+    return f"{cause} (from {config.base_url})"  # an error event: vLLM's message is in it
+
+
+def _transport_reason(cause: openai.APIConnectionError, config: EndpointConfig) -> str:
+    """Why no connection was made, from the exceptions under the SDK's "Connection error."."""
+    chain = _chain(cause)
+    if any(isinstance(error, ConnectionRefusedError) for error in chain):
+        return "connection refused"
+    if any(isinstance(error, socket.gaierror) for error in chain):
+        return f"host name {cause.request.url.host!r} not found"
+    if _in_chain(cause, "ConnectTimeout"):
+        return f"no connection within connect_timeout={config.connect_timeout:g} s"
+    innermost = chain[-1]
+    return str(innermost) or type(innermost).__name__
+
+
+def _status_detail(
+    cause: openai.APIStatusError, role: ModelRole, config: EndpointConfig, tries: Tries
+) -> str:
+    request, response = cause.request, cause.response
+    text = f"{request.method} {request.url} answered {response.status_code}"
+    reason = response.reason_phrase
+    text += f" {reason}" if reason else ""
+    said = _server_message(cause.body)
+    if said and said.lower() != reason.lower():  # FastAPI's bare 404 says "Not Found" again
+        text += f": {said}"
+    if tries.attempts > 1:
+        text += f" ({tries})"
+    hint = _status_hint(cause, role, config)
+    return f"{text.rstrip('.')}. {hint}" if hint else text
+
+
+def _status_hint(cause: openai.APIStatusError, role: ModelRole, config: EndpointConfig) -> str:
+    status, base_url = cause.status_code, config.base_url.rstrip("/")
+    # vLLM serves its OpenAI routes under /v1 only: a 404 on one of them from a base URL
+    # without /v1 is that mistake (a wrong model name is a 404 from /v1/... itself).
+    if status == 404 and not base_url.endswith("/v1") and _is_openai_route(cause):
+        return (
+            f"The base URL {config.base_url} does not end in /v1, where vLLM serves its "
+            f"OpenAI API: use base_url={_with_v1(base_url)!r}."
+        )
+    if status == 401 and config.api_key is None:
+        return f"The {role} vLLM server wants an API key (--api-key): set api_key."
+    if status == 401:
+        return f"Check api_key: it must be the --api-key the {role} vLLM server was started with."
+    return ""
+
+
+def _is_openai_route(cause: openai.APIStatusError) -> bool:
+    # /tokenize and /detokenize are at the server root, where a 404 means "not vLLM"
+    return str(cause.request.url.path).rstrip("/").endswith(("/models", "/completions"))
+
+
+def _with_v1(base_url: str) -> str:
+    """The base URL ending in /v1: cut after a /v1 inside it (".../v1/completions"), or add it."""
+    head, v1, _ = base_url.partition("/v1/")
+    return head + "/v1" if v1 else base_url + "/v1"
+
+
+def _server_message(body: object) -> str | None:
+    """vLLM's own words in an error body: ``{"message": ...}`` (the SDK unwraps ``"error"``),
+    FastAPI's ``{"detail": ...}``, or a bare string (vLLM's 401: ``{"error": "Unauthorized"}``).
+    """
+    if isinstance(body, Mapping):
+        message = body.get("message") or body.get("detail")
+        return str(message) if message else None
+    if isinstance(body, str):
+        return body.strip() or None
+    return None
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """`error` and the exceptions it was raised from, outermost first."""
+    chain = [error]
+    while (cause := chain[-1].__cause__ or chain[-1].__context__) and cause not in chain:
+        chain.append(cause)
+    return chain
+
+
+def _in_chain(error: BaseException, name_part: str) -> bool:
+    # by name: httpx and httpx2 (per openai version) have their own exception classes
+    return any(name_part in type(link).__name__ for link in _chain(error))
