@@ -1,15 +1,22 @@
-"""The relay as a framework adapter holds it: one switcher per event loop, sync calls on a
-background loop, chat turns, token counts. Both adapters use this, so neither re-implements
-the plumbing::
+"""The relay as a framework adapter holds it: one switcher per event loop, sync calls on the
+process's background loop, chat turns, token counts, and closing. Both adapters use this, so
+neither re-implements the plumbing::
 
     client = RelayClient(settings.relay_config(), settings.load_cues())
     response = await client.respond(ChatRequest(messages))      # on the caller's loop
     response = client.run(client.respond(ChatRequest(messages)))  # from sync code, anywhere
+    await client.aclose()   # or client.close(); also done when the client is dropped
+
+Each switcher holds HTTP connections of its event loop. :meth:`close` closes them all; a
+client that is garbage-collected without it has them closed on their loops by
+:meth:`close_later` (no thread waits), so models made and dropped by the thousand
+(``configurable_fields``, a model per request) leave no connections behind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections.abc import AsyncIterator, Coroutine, Generator
 from typing import Any, TypeVar
@@ -19,9 +26,11 @@ from .config import RelayConfig
 from .cues import CueSet
 from .rendering import PromptRenderer
 from .switcher import RelaySwitcher
-from .sync import BackgroundLoop
+from .sync import shared_loop
 
 T = TypeVar("T")
+CLOSE_TIMEOUT = 10.0
+"""Seconds a sync :meth:`RelayClient.close` waits for another loop to close its connections."""
 
 
 class RelayClient:
@@ -36,10 +45,10 @@ class RelayClient:
         self._switchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RelaySwitcher] = (
             weakref.WeakKeyDictionary()
         )
-        self._background = BackgroundLoop()
+        self._background = shared_loop()
 
     def switcher(self) -> RelaySwitcher:
-        """The switcher of the running event loop, made on first use."""
+        """The switcher of the running event loop, made on first use (also after a close)."""
         loop = asyncio.get_running_loop()
         switcher = self._switchers.get(loop)
         if switcher is None:
@@ -75,3 +84,42 @@ class RelayClient:
     def iterate(self, stream: AsyncIterator[T]) -> Generator[T, None, None]:
         """Iterate an async stream from sync code; leaving early closes it."""
         return self._background.iterate(stream)
+
+    # -- closing ----------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close every loop's connections: this loop's awaited here, others' on their loops."""
+        current = asyncio.get_running_loop()
+        for loop, switcher in self._take_switchers():
+            if loop is current:
+                await switcher.aclose()
+            elif loop.is_running():
+                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(switcher.aclose(), loop))
+
+    def close(self) -> None:
+        """Close every loop's connections from sync code (waits for other loops, up to
+        ``CLOSE_TIMEOUT``; the caller's own running loop closes its connections right after)."""
+        try:
+            current: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            current = None
+        for loop, switcher in self._take_switchers():
+            if loop is current:
+                loop.create_task(switcher.aclose())  # a sync call cannot wait for its own loop
+            elif loop.is_running():
+                future = asyncio.run_coroutine_threadsafe(switcher.aclose(), loop)
+                with contextlib.suppress(TimeoutError):
+                    future.result(timeout=CLOSE_TIMEOUT)
+
+    def close_later(self) -> None:
+        """Close every loop's connections without waiting (safe in a finalizer, any thread)."""
+        for loop, switcher in self._take_switchers():
+            if loop.is_running():
+                with contextlib.suppress(RuntimeError):  # the loop closed in the meantime
+                    asyncio.run_coroutine_threadsafe(switcher.aclose(), loop)
+
+    def _take_switchers(self) -> list[tuple[asyncio.AbstractEventLoop, RelaySwitcher]]:
+        """The open switchers, forgotten here (a closed loop's connections died with it)."""
+        taken = [(loop, s) for loop, s in self._switchers.items() if not loop.is_closed()]
+        self._switchers.clear()
+        return taken

@@ -25,6 +25,7 @@ with what to use instead (:mod:`relay_integrations.core.habits`).
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
 
@@ -258,7 +259,29 @@ class RelaySettings(BaseModel):
         here, with its reason); make the client."""
         self._config = self._build_config()
         self._client = RelayClient(self._config, self.load_cues(), renderer=self.renderer)
+        weakref.finalize(self, self._client.close_later)  # dropped unclosed: close anyway
         return self
+
+    def close(self) -> None:
+        """Close the model's connections to both servers (``with model: ...`` does it too).
+        Using the model again opens new ones."""
+        self._client.close()
+
+    async def aclose(self) -> None:
+        """Close the model's connections (``async with model: ...`` does it too)."""
+        await self._client.aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     @property
     def model_name(self) -> str:

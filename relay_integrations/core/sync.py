@@ -3,9 +3,10 @@
 A sync call made from a thread that already runs an event loop (Jupyter, a FastAPI handler)
 cannot use ``asyncio.run``. :class:`BackgroundLoop` runs coroutines on one event loop of its
 own, in a daemon thread, so sync callers work everywhere and the loop's HTTP connections are
-reused across calls::
+reused across calls. Every relay model of a process shares one (:func:`shared_loop`), so a
+thousand models cost one thread, not a thousand::
 
-    loop = BackgroundLoop()
+    loop = shared_loop()
     result = loop.run(switcher.generate(messages))
     for event in loop.iterate(switcher.stream(messages)):
         ...
@@ -17,6 +18,7 @@ loop, which cancels its upstream requests.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import AsyncIterator, Coroutine, Generator
 from concurrent.futures import Future
@@ -35,6 +37,7 @@ class BackgroundLoop:
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop (started on first use)."""
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
@@ -42,6 +45,11 @@ class BackgroundLoop:
                 thread.start()
                 self._loop = loop
             return self._loop
+
+    def _forget(self) -> None:
+        """In a forked child the thread is gone: start a new one on next use."""
+        self._loop = None
+        self._lock = threading.Lock()
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run `coroutine` on the background loop and wait for its result."""
@@ -60,6 +68,15 @@ class BackgroundLoop:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 self.run(aclose())
+
+
+_SHARED = BackgroundLoop()
+os.register_at_fork(after_in_child=_SHARED._forget)
+
+
+def shared_loop() -> BackgroundLoop:
+    """The process's one background loop, shared by every relay model."""
+    return _SHARED
 
 
 async def _next(stream: AsyncIterator[T]) -> T:

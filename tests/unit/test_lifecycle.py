@@ -1,0 +1,160 @@
+"""Relay models cost one shared thread per process, and close their connections: explicitly
+(``close``, ``aclose``, ``with``), or when they are dropped. A thousand models made, used and
+dropped leave the process's threads and file descriptors where they were."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain_core.runnables import ConfigurableField
+from llama_index.core.base.llms.types import ChatMessage
+
+from relay_integrations.core.settings import RelaySettings
+from relay_integrations.langchain import RelayChatModel
+from relay_integrations.llama_index import RelayLLM
+from tests.fakes.capable_model import capable_server, relay_fields
+from tests.fakes.scripted_vllm import ScriptedVLLM
+from tests.fakes.threaded import serving
+
+QUESTION = "What is 2 + 2?"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ScriptedVLLM]:
+    with serving(capable_server()) as running:
+        yield running
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def settle(expected_fds: int, expected_threads: int, seconds: float = 10.0) -> tuple[int, int]:
+    """Collect garbage and wait until the counts fall to the expected ones (closing a
+    connection is asynchronous on both ends), or time out; the last counts."""
+    deadline = time.monotonic() + seconds
+    while True:
+        gc.collect()
+        fds, threads = open_fds(), threading.active_count()
+        if (fds <= expected_fds and threads <= expected_threads) or time.monotonic() > deadline:
+            return fds, threads
+        time.sleep(0.05)
+
+
+def use(model: RelaySettings) -> str:
+    if isinstance(model, RelayChatModel):
+        return str(model.invoke(QUESTION).text)
+    assert isinstance(model, RelayLLM)
+    return str(model.chat([ChatMessage(role="user", content=QUESTION)]).message.content)
+
+
+async def ause(model: RelaySettings) -> str:
+    if isinstance(model, RelayChatModel):
+        return str((await model.ainvoke(QUESTION)).text)
+    assert isinstance(model, RelayLLM)
+    response = await model.achat([ChatMessage(role="user", content=QUESTION)])
+    return str(response.message.content)
+
+
+def touch(model: RelaySettings) -> None:
+    """A cheap call that opens connections: a token count, or the served context window."""
+    if isinstance(model, RelayChatModel):
+        assert model.get_num_tokens(QUESTION) > 0
+    else:
+        assert isinstance(model, RelayLLM)
+        assert model.metadata.context_window == 4096
+
+
+def test_a_thousand_models_used_and_dropped_leave_no_threads_or_connections(
+    server: ScriptedVLLM,
+) -> None:
+    fields: dict[str, Any] = relay_fields(server.base_url, max_tokens=64)
+    use(RelayChatModel(**fields))  # imports, the shared loop's thread, the server's workers
+    use(RelayLLM(**fields))
+    fds_before, threads_before = settle(0, 0, seconds=0.5)
+
+    peak_threads = 0
+    for index in range(1000):
+        model = (RelayChatModel if index % 2 else RelayLLM)(**fields)
+        if index % 10:
+            touch(model)
+        else:  # every tenth a whole generation, with the switches' requests
+            assert use(model) == "The answer is 4."
+        peak_threads = max(peak_threads, threading.active_count())
+        del model
+
+    fds_after, threads_after = settle(fds_before, threads_before)
+    print(
+        f"\n1000 models: threads {threads_before} -> {threads_after} (peak {peak_threads}), "
+        f"open fds {fds_before} -> {fds_after}"
+    )
+    assert peak_threads == threads_before  # no thread per model
+    assert threads_after == threads_before
+    assert fds_after <= fds_before
+
+
+async def test_async_models_dropped_on_the_callers_loop_close_there(server: ScriptedVLLM) -> None:
+    fields: dict[str, Any] = relay_fields(server.base_url, max_tokens=64)
+    await ause(RelayChatModel(**fields))
+    before = open_fds()
+    for _ in range(100):
+        assert await ause(RelayChatModel(**fields)) == "The answer is 4."
+    for _ in range(50):  # the finalizers' closes run on this loop: let them
+        gc.collect()
+        await asyncio.sleep(0.02)
+        if open_fds() <= before:
+            break
+    assert open_fds() <= before
+
+
+def test_configurable_fields_do_not_grow_threads(server: ScriptedVLLM) -> None:
+    model = RelayChatModel(**relay_fields(server.base_url, max_tokens=64)).configurable_fields(
+        temperature=ConfigurableField(id="temperature")
+    )
+    model.invoke(QUESTION)
+    threads = threading.active_count()
+    for step in range(20):
+        model.invoke(QUESTION, config={"configurable": {"temperature": step / 20}})
+    assert threading.active_count() <= threads
+
+
+@pytest.mark.parametrize("adapter", [RelayChatModel, RelayLLM])
+def test_close_and_the_context_manager_close_the_connections(
+    server: ScriptedVLLM, adapter: type[RelaySettings]
+) -> None:
+    fields: dict[str, Any] = relay_fields(server.base_url, max_tokens=64)
+    idle = settle(0, 0, seconds=0.5)[0]
+    model = adapter(**fields)
+    use(model)
+    assert open_fds() > idle  # connections to both models, kept alive for the next call
+    model.close()
+    assert settle(idle, threading.active_count())[0] <= idle
+    assert use(model) == "The answer is 4."  # a closed model opens new connections
+    with adapter(**fields) as managed:
+        use(managed)
+    model.close()
+    assert settle(idle, threading.active_count())[0] <= idle
+
+
+@pytest.mark.parametrize("adapter", [RelayChatModel, RelayLLM])
+async def test_aclose_and_async_with_close_the_connections(
+    server: ScriptedVLLM, adapter: type[RelaySettings]
+) -> None:
+    fields: dict[str, Any] = relay_fields(server.base_url, max_tokens=64)
+    idle = settle(0, 0, seconds=0.5)[0]
+    async with adapter(**fields) as model:
+        await ause(model)
+        use(model)  # the sync path too: its connections live on the shared loop
+        assert open_fds() > idle
+    for _ in range(100):
+        if open_fds() <= idle:
+            break
+        await asyncio.sleep(0.02)
+    assert open_fds() <= idle
