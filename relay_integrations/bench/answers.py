@@ -83,7 +83,13 @@ def equivalent(answer: str, gold: str) -> bool:
     """Whether two LaTeX answers are the same mathematics (math-verify), or the same text."""
     if _normalized(answer) == _normalized(gold):
         return True
-    from math_verify import parse, verify  # type: ignore[import-untyped]  # the bench extra
+    try:
+        from math_verify import parse, verify  # type: ignore[import-untyped]  # the bench extra
+    except ImportError as missing:
+        raise ImportError(
+            "grading needs math-verify: pip install 'relay-integrations[bench]'",
+            name=missing.name,
+        ) from missing
 
     # math-verify bounds its sympy work with SIGALRM, which only the main thread may use
     timeout = 5 if threading.current_thread() is threading.main_thread() else None

@@ -10,6 +10,18 @@ Point any OpenAI client at it by changing the base URL::
     client.chat.completions.create(model="Qwen/Qwen3-32B", messages=[...], stream=True)
 """
 
+try:
+    import httpx  # noqa: F401
+    import prometheus_client  # noqa: F401
+    import starlette  # noqa: F401
+    import uvicorn  # noqa: F401
+except ImportError as missing:
+    raise ImportError(
+        f"relay_integrations.server needs the server extra ({missing.name} is missing): "
+        "pip install 'relay-integrations[server]'",
+        name=missing.name,
+    ) from missing
+
 from .app import RelayServer
 from .settings import ServerSettings
 
