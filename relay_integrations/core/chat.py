@@ -1,9 +1,10 @@
 """A chat turn on the relay: what every adapter needs, written once.
 
 Adapters translate their framework's messages to OpenAI-format dicts and back. Everything in
-between lives here: the tool choice and response format become vLLM structured outputs on the
-answer; the relay's deltas become reasoning deltas, answer text and tool calls (parsed from the
-Qwen3/Hermes ``<tool_call>`` format, or from the constrained JSON of a forced call)::
+between lives here: the tool choice, strict tools and the response format become vLLM
+structured outputs on the answer (:meth:`ChatRequest.answer_constraint`); the relay's deltas
+become reasoning deltas, answer text and tool calls (parsed from the Qwen3/Hermes
+``<tool_call>`` format, or from the constrained JSON of a forced call)::
 
     request = ChatRequest(messages, tools=[weather_tool], tool_choice="required")
     async for event in stream_chat(switcher, request):
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .config import ModelRole, SamplingConfig
+from .constraints import calls_or_json, forced_call_schema, is_strict, strict_calls
 from .generation import RequestHook
 from .result import RelayDone, RelayResult, TextDelta
 from .switcher import RelaySwitcher
@@ -90,13 +92,31 @@ class ChatRequest:
         return [t for t in self.tools if tool_name(t) == self.tool_choice]
 
     def answer_constraint(self) -> dict[str, Any] | None:
-        """The vLLM ``structured_outputs`` field of the answer request, if any."""
+        """The vLLM ``structured_outputs`` field of the answer request, if any.
+
+        A forced tool choice: one call, as bare JSON. Tools offered with a response format:
+        tool calls *or* the formatted answer, the model's choice (forcing the format while
+        tools are offered would make every agent answer before calling a tool). Only a
+        response format: that JSON. Only tools: free text, with the blocks of strict tools
+        constrained; none strict, no constraint.
+        """
         if self.forced_tools:
             return {"json": forced_call_schema(self.forced_tools)}
-        if isinstance(self.response_format, JsonSchemaFormat):
-            return {"json": self.response_format.schema}
+        answer_schema = self._answer_schema()
+        tools, parallel = self.offered_tools, self.parallel_tool_calls
+        if tools and answer_schema is not None:
+            return calls_or_json(tools, answer_schema, parallel)
+        if tools:
+            return strict_calls(tools, parallel) if any(map(is_strict, tools)) else None
         if isinstance(self.response_format, JsonObjectFormat):
             return {"json_object": True}
+        return {"json": answer_schema} if answer_schema is not None else None
+
+    def _answer_schema(self) -> dict[str, Any] | None:
+        if isinstance(self.response_format, JsonSchemaFormat):
+            return self.response_format.schema
+        if isinstance(self.response_format, JsonObjectFormat):
+            return {"type": "object"}
         return None
 
 
@@ -227,23 +247,6 @@ def tool_name(tool: Mapping[str, Any]) -> str:
     """The function name of an OpenAI-format tool."""
     function = tool.get("function", tool)
     return str(function["name"])
-
-
-def forced_call_schema(tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """JSON schema of ``{"name": ..., "arguments": {...}}`` calling one of `tools`."""
-    options = []
-    for tool in tools:
-        function = tool.get("function", tool)
-        parameters = function.get("parameters") or {"type": "object", "properties": {}}
-        options.append(
-            {
-                "type": "object",
-                "properties": {"name": {"const": function["name"]}, "arguments": parameters},
-                "required": ["name", "arguments"],
-                "additionalProperties": False,
-            }
-        )
-    return options[0] if len(options) == 1 else {"anyOf": options}
 
 
 def _forced_call(text: str, result: RelayResult) -> ToolCall | InvalidToolCall:

@@ -95,6 +95,7 @@ class RelayChatModel(RelaySettings, BaseChatModel):
 
         ``tool_choice`` is ``auto``, ``any``/``required``, ``none`` or a tool's name; a forced
         choice constrains the answer with vLLM structured outputs, so the call is well-formed.
+        ``bind_tools(..., strict=True)`` constrains every call's arguments to its tool's schema.
 
     Structured output:
         .. code-block:: python
@@ -230,6 +231,7 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         *,
         tool_choice: dict[str, Any] | str | bool | None = None,
         parallel_tool_calls: bool | None = None,
+        strict: bool | None = None,
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
         """Bind tools, rendered by the model's own chat template.
@@ -237,8 +239,12 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         ``tool_choice``: ``"auto"`` (default), ``"none"``, ``"any"``/``"required"``/``True``
         (some tool must be called), or a tool's name (or ``{"type": "function", "function":
         {"name": ...}}``). ``parallel_tool_calls=False`` keeps only the first call.
+        ``strict=True`` (as in ``ChatOpenAI``): the arguments of every call are constrained
+        by vLLM structured outputs to the tool's schema (all fields required, no others).
+        With ``response_format=`` bound too (``create_agent(..., response_format=...)``),
+        the answer is either tool calls or that JSON: the model chooses.
         """
-        formatted = [convert_to_openai_tool(tool) for tool in tools]
+        formatted = [convert_to_openai_tool(tool, strict=strict) for tool in tools]
         bound: dict[str, Any] = {"tools": formatted, **kwargs}
         if tool_choice is not None:
             bound["tool_choice"] = normalize_tool_choice(tool_choice)
@@ -260,7 +266,9 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         ``method``: ``"json_schema"`` (the answer is JSON valid against the schema),
         ``"function_calling"`` (a forced tool call), or ``"json_mode"`` (any JSON object;
         say in the prompt which keys you want). ``include_raw=True`` returns
-        ``{"raw": AIMessage, "parsed": ..., "parsing_error": ...}``.
+        ``{"raw": AIMessage, "parsed": ..., "parsing_error": ...}``. The answer is
+        constrained whatever ``strict`` says; ``strict=True`` with ``function_calling``
+        also makes every field of the schema required, as OpenAI's strict mode does.
         """
         if kwargs:
             raise TypeError(f"unsupported arguments: {sorted(kwargs)}")
@@ -277,6 +285,7 @@ class RelayChatModel(RelaySettings, BaseChatModel):
                 [schema],
                 tool_choice=name,
                 parallel_tool_calls=False,
+                strict=strict,
                 ls_structured_output_format={**traced, "schema": tool},
             )
             output_parser = (

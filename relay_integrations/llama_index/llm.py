@@ -38,6 +38,7 @@ from ..core.chat import (
     normalize_tool_choice,
 )
 from ..core.chat import ChatResponse as RelayResponse
+from ..core.constraints import with_strict
 from ..core.errors import RelayError
 from ..core.settings import RelaySettings
 from ..core.tool_calls import ToolCall
@@ -213,18 +214,21 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
         allow_parallel_tool_calls: bool = False,
         tool_required: bool = False,
         tool_choice: str | dict[str, Any] | None = None,
+        strict: bool | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
         """Tools for the chat template; ``tool_required`` (or a tool's name as
-        ``tool_choice``) constrains the answer to a call."""
+        ``tool_choice``) constrains the answer to a call, ``strict=True`` (as in LlamaIndex's
+        ``OpenAI``) the arguments of every call to its tool's schema."""
         messages = list(chat_history or [])
         if isinstance(user_msg, str):
             user_msg = ChatMessage(role=MessageRole.USER, content=user_msg)
         if user_msg is not None:
             messages.append(user_msg)
+        specs = [t.metadata.to_openai_tool(skip_length_check=True) for t in tools]
         return {
             "messages": messages,
-            "tools": [t.metadata.to_openai_tool(skip_length_check=True) for t in tools] or None,
+            "tools": with_strict(specs, strict) or None,
             "tool_choice": normalize_tool_choice(tool_choice, required=tool_required),
             "parallel_tool_calls": allow_parallel_tool_calls,
             **kwargs,

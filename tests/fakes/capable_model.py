@@ -14,9 +14,18 @@ so every request of a generation, whichever model serves it, continues the same 
 The answer, first rule that applies:
 
 - ``structured_outputs.json``: a tool-call schema (``name`` const/enum + ``arguments``, or an
-  ``anyOf``/``oneOf`` of them) gets ``{"name": ..., "arguments": {...}}`` for the tool that
-  best matches the question; any other schema gets an instance of it, filled from the question.
+  ``anyOf``/``oneOf`` of them) gets ``{"name": ..., "arguments": {...}}``: before any tool
+  results, for the tool that best matches the question; after them, for the next tool of a
+  sequence (below), else for the best match among the tools not yet called since the question
+  (LangChain's ``ToolStrategy``: its response-schema tool), filled from the results. Any other
+  schema gets an instance of it, filled from the tool results since the question (latest
+  first), then from the question.
 - ``structured_outputs.json_object``: an object with the keys the question quotes.
+- ``structured_outputs.structural_tag`` that is an ``or`` of a ``json_schema`` and tags (the
+  relay's grammar for tools offered with a response format): the tool calls that are due, as
+  the next two rules say, while any are; else an instance of that schema, filled like a
+  ``json`` one. Other structural tags (strict tools' ``triggered_tags``) change nothing: the
+  answers below already have their shape.
 - tools, the user's turn, and the question calls for a tool (names one, there is only one, or
   the text says to use a tool): ``<tool_call>`` blocks, arguments filled from the question.
   A question that names its tools in sequence ("use a, then b") gets one call per turn.
@@ -39,7 +48,9 @@ tools. ...`` + ``Answer:`` and a sentence stating the observed results (or the p
 
 Values come from the question: numbers in order for numeric parameters, quoted then
 capitalised phrases for strings (descriptive fields get the question's subject), ``true`` for
-booleans, a short joke for ``setup``/``punchline``.
+booleans, a short joke for ``setup``/``punchline``. A capitalised word that starts a
+sentence, a line or an XML element's text (LlamaIndex wraps a chat in ``<message>`` elements
+when it asks for an agent's structured output) is not taken for a name.
 """
 
 from __future__ import annotations
@@ -242,8 +253,37 @@ def answer_for(chat: Chat, body: dict[str, Any]) -> str:
         return _compact(_json_object(chat))
     if outputs.get("choice"):
         return str(_choose(list(outputs["choice"]), chat.question))
+    schema = _calls_or_json_schema(outputs.get("structural_tag"))
+    if schema is not None:  # tool calls while any are due, else the JSON answer
+        return _next_calls(chat) or _compact(Filler(schema, _result_hints(chat)).value(schema))
     if chat.react:
         return react_answer(chat)
+    calls = _next_calls(chat)
+    if calls:
+        return calls
+    if chat.last.role == "tool":
+        return _tool_results(chat)
+    grounded = _from_context(chat.question)
+    return grounded if grounded is not None else plain_answer(chat)
+
+
+def _calls_or_json_schema(structural_tag: Any) -> dict[str, Any] | None:
+    """The JSON schema of a structural tag that allows tool-call blocks or that JSON (an
+    ``or`` of a ``json_schema`` and tags); None for any other tag (``triggered_tags`` of
+    strict tools: the free answer already has the blocks' shape) or none."""
+    if not structural_tag:
+        return None
+    tag = json.loads(structural_tag) if isinstance(structural_tag, str) else structural_tag
+    format_ = tag.get("format") or {}
+    if format_.get("type") != "or":
+        return None
+    schemas = [e["json_schema"] for e in format_["elements"] if e.get("type") == "json_schema"]
+    return schemas[0] if schemas else None
+
+
+def _next_calls(chat: Chat) -> str | None:
+    """The ``<tool_call>`` blocks due now: the tools the question calls for, before their
+    results are in (one per turn for "use a, then b"), or the next of such a sequence."""
     if chat.tools and chat.last.role == "user" and _wants_tools(chat):
         names = _requested_tools(chat)
         if _step_by_step(chat):
@@ -253,9 +293,15 @@ def answer_for(chat: Chat, body: dict[str, Any]) -> str:
         pending = _pending_tools(chat)
         if pending:  # "use a, then b": b's turn, with a's results among its arguments
             return _hermes_call(chat, pending[0], before=" ".join(chat.last.responses))
-        return _tool_results(chat)
-    grounded = _from_context(chat.question)
-    return grounded if grounded is not None else plain_answer(chat)
+    return None
+
+
+def _result_hints(chat: Chat) -> Hints:
+    """Hints for a final answer: the tool results since the question (latest first, one a
+    line), then the question."""
+    responses = [r for t in chat.turns[_asked(chat) :] if t.role == "tool" for r in t.responses]
+    lines = [*reversed(responses), chat.question]
+    return Hints.of("\n".join(lines), [t["name"] for t in chat.tools])
 
 
 _CONTEXT = re.compile(
@@ -310,13 +356,31 @@ def _choose(options: list[Any], text: str) -> Any:
 
 
 def _json_answer(chat: Chat, schema: dict[str, Any]) -> str:
-    """A forced tool call as ``{"name", "arguments"}``, or an instance of `schema`."""
+    """A forced tool call as ``{"name", "arguments"}``, or an instance of `schema` (filled
+    from the tool results since the question, if any, then the question)."""
     options = tool_call_options(schema)
     if not options:
-        return _compact(Filler(schema, Hints.of(chat.question)).value(schema))
-    name, arguments = max(enumerate(options), key=lambda o: (_tool_score(chat, o[1][0]), -o[0]))[1]
-    filled = Filler(schema, _hints_for(chat, name)).value(arguments)
+        return _compact(Filler(schema, _result_hints(chat)).value(schema))
+    name, arguments = _forced_choice(chat, options)
+    if chat.last.role == "tool" and name not in _pending_tools(chat):
+        hints = _result_hints(chat)  # a final call (a structured-output tool): the results
+    else:
+        hints = _hints_for(chat, name, before=" ".join(chat.last.responses))
+    filled = Filler(schema, hints).value(arguments)
     return _compact({"name": name, "arguments": filled})
+
+
+def _forced_choice(chat: Chat, options: list[tuple[str, Any]]) -> tuple[str, Any]:
+    """The tool a forced call picks: before any results, the best match for the question;
+    after them, the next tool of a "use a, then b" sequence, else the best match among the
+    tools not yet called since the question (LangChain's ``ToolStrategy`` offers the
+    response schema as a tool and forces a call: once the results are in, it is that one)."""
+    if chat.last.role == "tool":
+        pending = _pending_tools(chat)
+        named = [o for o in options if o[0] in pending[:1]]
+        called = {str(c.get("name")) for t in chat.turns[_asked(chat) :] for c in t.calls}
+        options = named or [o for o in options if o[0] not in called] or options
+    return max(enumerate(options), key=lambda o: (_tool_score(chat, o[1][0]), -o[0]))[1]
 
 
 def tool_call_options(schema: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -677,7 +741,9 @@ class Hints:
         capitalised = [
             m.group(0)
             for m in _CAPITALISED.finditer(unquoted)
-            if m.group(0) != "I" and not re.search(r"(^|[.?!:])\s*$", unquoted[: m.start()])
+            # not the first word of a sentence, a line, or an XML element (LlamaIndex
+            # wraps a chat in ``<message>...</message>`` to ask for its structured output)
+            if m.group(0) != "I" and not re.search(r"(^|[.?!:>\n])\s*$", unquoted[: m.start()])
         ]
         declined = {w.lower() for w in _DECLINED.findall(text)}
         return cls(text, numbers, quoted + capitalised, list(quoted), declined)
