@@ -14,6 +14,9 @@ as it cannot be the start of a block::
 
     parsed = parse_answer('Let me look.<tool_call>{"name": "f", "arguments": {}}</tool_call>')
     parsed.content, parsed.tool_calls[0].name  # ('Let me look.', 'f')
+
+A call still being written (the JSON of a forced call, streamed) reads as a
+:class:`PartialToolCall` through :class:`PartialCalls`.
 """
 
 from __future__ import annotations
@@ -23,17 +26,23 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from .partial_json import PartialJson
 from .reasoning import partial_suffix
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
 
 
+def new_call_id() -> str:
+    """A fresh id in OpenAI's form (``call_`` and 24 hex digits)."""
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
 @dataclass(frozen=True)
 class ToolCall:
     name: str
     arguments: dict[str, Any]
-    id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:24]}")
+    id: str = field(default_factory=new_call_id)
 
 
 @dataclass(frozen=True)
@@ -43,7 +52,45 @@ class InvalidToolCall:
     text: str
     error: str
     name: str | None = None
-    id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:24]}")
+    id: str = field(default_factory=new_call_id)
+
+
+@dataclass(frozen=True)
+class PartialToolCall:
+    """A call as far as it is written: its name once written in full, its arguments so far
+    (strings as far as written, numbers once they end; see :mod:`.partial_json`)."""
+
+    id: str
+    name: str | None
+    arguments: dict[str, Any]
+
+
+class PartialCalls:
+    """The calls of a stream as they are being written, from pieces of their JSON text::
+
+    calls = PartialCalls()
+    calls.feed(0, "call_1", '{"name": "f", "arguments": {"city": "Pa')
+    # PartialToolCall(id='call_1', name='f', arguments={'city': 'Pa'})
+    """
+
+    def __init__(self) -> None:
+        self._texts: dict[int, PartialJson] = {}
+
+    def feed(self, index: int, call_id: str, text: str) -> PartialToolCall:
+        """Call `index` after `text`, the next piece of its ``{"name", "arguments"}`` JSON."""
+        written = self._texts.setdefault(index, PartialJson())
+        written.feed(text)
+        value = written.value()
+        data = value if isinstance(value, dict) else {}
+        arguments = data.get("arguments", data.get("parameters"))
+        # The name comes first in the call's JSON (the forced-call schema puts it there): it
+        # is whole once the arguments have begun, and until then it may be half a name.
+        name = data.get("name") if isinstance(arguments, dict) else None
+        return PartialToolCall(
+            call_id,
+            name if isinstance(name, str) else None,
+            arguments if isinstance(arguments, dict) else {},
+        )
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from relay_integrations.core import (
     RelaySwitcher,
     SwitchPolicy,
 )
+from relay_integrations.core.constraints import calls_or_json
 from relay_integrations.core.tool_calls import parse_answer
 from tests.fakes.capable_model import capable
 from tests.fakes.scripted_vllm import ScriptedModel, ScriptedVLLM, render_chat, tokenize
@@ -500,6 +501,52 @@ async def test_json_mode_answers_with_the_keys_the_question_quotes(client: Clien
     assert set(value) == {"setup", "punchline"} and all(
         isinstance(v, str) and v for v in value.values()
     )
+
+
+TOTAL = {"type": "object", "properties": {"total": {"type": "integer"}}, "required": ["total"]}
+ADDED = [
+    user("What is 1 + 2"),
+    {"role": "assistant", "content": "", "tool_calls": [call("my_adder_tool", {"a": 1, "b": 2})]},
+    {"role": "tool", "tool_call_id": "abc123", "content": "3"},
+]
+
+
+async def test_calls_or_json_gives_the_due_tool_call_then_the_schema_filled_from_results(
+    client: Client,
+) -> None:
+    """The relay's grammar for tools offered with a response format: a call while one is due,
+    after the results the schema's JSON, taking values from the results first."""
+    fields = {"structured_outputs": calls_or_json([ADDER], TOTAL)}
+    _, first = await client.ask(ADDED[:1], [ADDER], **fields)
+    parsed = parse_answer(first)
+    assert parsed.content == ""
+    assert [(c.name, c.arguments) for c in parsed.tool_calls] == [
+        ("my_adder_tool", {"a": 1, "b": 2})
+    ]
+    _, final = await client.ask(ADDED, [ADDER], **fields)
+    assert json.loads(final) == {"total": 3}
+
+
+async def test_calls_or_json_answers_in_the_schema_when_no_tool_is_called_for(
+    client: Client,
+) -> None:
+    fields = {"structured_outputs": calls_or_json([WEATHER, ADDER], JOKE)}
+    _, answer = await client.ask([user("Tell me a joke about cats.")], [WEATHER, ADDER], **fields)
+    value = json.loads(answer)
+    assert conforms(value, JOKE) and "cats" in value["setup"]
+
+
+async def test_a_forced_call_after_the_results_calls_the_tool_not_yet_called(
+    client: Client,
+) -> None:
+    """LangChain's ToolStrategy: the response schema is a tool and every turn must call one;
+    once the adder has answered, the call is the schema's, filled from its result."""
+    schema_tool = {"type": "function", "function": {"name": "Total", "parameters": TOTAL}}
+    fields = forced(ADDER, schema_tool)
+    _, first = await client.ask(ADDED[:1], [ADDER, schema_tool], **fields)
+    assert json.loads(first) == {"name": "my_adder_tool", "arguments": {"a": 1, "b": 2}}
+    _, final = await client.ask(ADDED, [ADDER, schema_tool], **fields)
+    assert json.loads(final) == {"name": "Total", "arguments": {"total": 3}}
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,20 @@
-"""The chat layer both adapters share: tool choices and the forced-call constraint."""
+"""The chat layer both adapters share: tool choices and the answer's constraint (a forced call,
+a response format, tools offered with one, strict tools)."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
-from relay_integrations.core.chat import ChatRequest, normalize_tool_choice
+from relay_integrations.core.chat import (
+    ChatRequest,
+    JsonObjectFormat,
+    JsonSchemaFormat,
+    normalize_tool_choice,
+)
+from relay_integrations.core.constraints import with_strict
 
 WEATHER = {
     "type": "function",
@@ -49,3 +59,86 @@ def test_a_forced_choice_constrains_the_answer_to_the_allowed_calls() -> None:
 def test_a_choice_naming_no_bound_tool_is_refused() -> None:
     with pytest.raises(ValueError, match=r"tool_choice 'get_tme' names no bound tool"):
         ChatRequest([], tools=[WEATHER, TIME], tool_choice="get_tme")
+
+
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+STRICT_WEATHER = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": CITY, "strict": True},
+}
+ANSWER = {"type": "object", "properties": {"degrees": {"type": "integer"}}}
+
+
+def tag_format(constraint: dict[str, Any] | None) -> dict[str, Any]:
+    """The format of a ``structured_outputs.structural_tag`` (a JSON string, as vLLM takes it)."""
+    assert constraint is not None and set(constraint) == {"structural_tag"}
+    tag = json.loads(constraint["structural_tag"])
+    assert tag["type"] == "structural_tag"
+    return dict(tag["format"])
+
+
+def test_tools_with_a_response_format_let_the_model_call_a_tool_or_answer_in_that_format() -> None:
+    request = ChatRequest([], tools=[WEATHER, TIME], response_format=JsonSchemaFormat(ANSWER))
+    answer, calls = tag_format(request.answer_constraint())["elements"]
+    assert answer["type"] == "json_schema" and answer["json_schema"] == ANSWER
+    assert calls["type"] == "tags_with_separator" and calls["at_least_one"] is True
+    assert (calls["separator"], calls["stop_after_first"]) == ("\n", False)
+    (block,) = calls["tags"]
+    assert (block["begin"], block["end"]) == ("<tool_call>\n", "\n</tool_call>")
+    names = [o["properties"]["name"] for o in block["content"]["json_schema"]["anyOf"]]
+    assert names == [{"const": "get_weather"}, {"const": "get_time"}]
+
+
+def test_only_a_strict_tool_s_call_arguments_are_held_to_its_parameters() -> None:
+    mixed = ChatRequest([], tools=[STRICT_WEATHER, TIME], response_format=JsonObjectFormat())
+    answer, calls = tag_format(mixed.answer_constraint())["elements"]
+    assert answer["json_schema"] == {"type": "object"}
+    strict, loose = calls["tags"][0]["content"]["json_schema"]["anyOf"]
+    assert strict["properties"]["arguments"] == CITY
+    assert loose["properties"]["arguments"] == {"type": "object"}  # any object: it parses
+
+
+def test_strict_tools_alone_leave_the_text_free_and_constrain_each_call_block() -> None:
+    request = ChatRequest([], tools=[STRICT_WEATHER], parallel_tool_calls=False)
+    found = tag_format(request.answer_constraint())
+    assert found["type"] == "triggered_tags" and found["triggers"] == ["<tool_call>"]
+    assert found["stop_after_first"] is True  # one call: the answer ends with it
+    call = found["tags"][0]["content"]["json_schema"]
+    assert call["properties"] == {"name": {"const": "get_weather"}, "arguments": CITY}
+
+
+@pytest.mark.parametrize(
+    ("request_", "expected"),
+    [
+        (ChatRequest([], response_format=JsonSchemaFormat(ANSWER)), {"json": ANSWER}),
+        (ChatRequest([], response_format=JsonObjectFormat()), {"json_object": True}),
+        (
+            ChatRequest(
+                [], tools=[WEATHER], tool_choice="none", response_format=JsonSchemaFormat(ANSWER)
+            ),
+            {"json": ANSWER},
+        ),
+        (ChatRequest([], tools=[WEATHER]), None),
+    ],
+)
+def test_without_tools_on_offer_a_response_format_is_forced_as_before(
+    request_: ChatRequest, expected: dict[str, Any] | None
+) -> None:
+    assert request_.answer_constraint() == expected
+
+
+def test_a_forced_call_stays_bare_json_whatever_the_response_format() -> None:
+    request = ChatRequest(
+        [], tools=[WEATHER], tool_choice="required", response_format=JsonSchemaFormat(ANSWER)
+    )
+    constraint = request.answer_constraint()
+    assert constraint is not None
+    assert constraint["json"]["properties"]["name"] == {"const": "get_weather"}
+
+
+def test_with_strict_marks_tools_without_changing_them_otherwise() -> None:
+    assert with_strict([WEATHER], None) == [WEATHER]
+    (marked,) = with_strict([WEATHER], True)
+    assert marked["function"].pop("strict") is True
+    assert marked == WEATHER
+    assert "strict" not in WEATHER["function"]  # a copy

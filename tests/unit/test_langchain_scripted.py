@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 
 import pytest
@@ -139,3 +140,43 @@ async def test_structured_output_by_function_calling_is_a_forced_call(server: Sc
     schema = answer_request["structured_outputs"]["json"]
     assert schema["properties"]["name"] == {"const": "Weather"}
     assert out["raw"].response_metadata["finish_reason"] == "tool_calls"
+
+
+@pytest.mark.parametrize("strict", [True, False, None])
+async def test_bind_tools_strict_constrains_the_calls_to_the_tool_s_schema(
+    server: ScriptedVLLM, strict: bool | None
+) -> None:
+    """``strict=True`` as ``ChatOpenAI`` takes it: every <tool_call> block's JSON is held to
+    the tool's schema (free text around it); ``False``/``None``: the answer is free."""
+    llm = model(server).bind_tools([get_weather], strict=strict)
+    message = await llm.ainvoke("Use get_weather for Paris.")
+    assert [(c["name"], c["args"]) for c in message.tool_calls] == [
+        ("get_weather", {"city": "Paris"})
+    ]
+    answer_request = server.models["small"].requests[-1]
+    if not strict:
+        assert "structured_outputs" not in answer_request
+        return
+    tag = json.loads(answer_request["structured_outputs"]["structural_tag"])
+    assert tag["format"]["type"] == "triggered_tags"
+    call = tag["format"]["tags"][0]["content"]["json_schema"]
+    assert call["properties"]["arguments"] == {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    }
+
+
+@pytest.mark.parametrize("method", ["function_calling", "json_schema"])
+async def test_with_structured_output_takes_strict(server: ScriptedVLLM, method: str) -> None:
+    from pydantic import BaseModel
+
+    class Weather(BaseModel):
+        city: str
+        degrees: int
+
+    llm = model(server).with_structured_output(Weather, method=method, strict=True)  # type: ignore[arg-type]
+    assert await llm.ainvoke("Report the weather in Paris: 21 degrees.") == Weather(
+        city="Paris", degrees=21
+    )

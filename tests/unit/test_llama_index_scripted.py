@@ -4,12 +4,19 @@ like a capable reasoning model (a random tiny model cannot pick tools)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from llama_index.core.agent.workflow import AgentStream, ToolCallResult
+from llama_index.core.agent.workflow import (
+    AgentOutput,
+    AgentStream,
+    FunctionAgent,
+    ToolCallResult,
+)
 from llama_index.core.tools import FunctionTool
+from pydantic import BaseModel
 
 from examples.llama_index_agent import build_agent
 from relay_integrations.llama_index import RelayLLM
@@ -170,3 +177,48 @@ def test_no_tool_call_is_an_error_only_when_asked(server: ScriptedVLLM) -> None:
     assert llm.get_tool_calls_from_response(response, error_on_no_tool_call=False) == []
     with pytest.raises(ValueError, match="expected a tool call, got none; the answer was"):
         llm.get_tool_calls_from_response(response)
+
+
+class Population(BaseModel):
+    """The population of a city."""
+
+    city: str
+    population: int
+
+
+async def test_a_function_agent_with_output_cls_returns_the_schema_filled_from_the_tool(
+    server: ScriptedVLLM,
+) -> None:
+    """FunctionAgent runs its tool loop without the schema, then asks once more for the
+    structured response: ``as_structured_llm(output_cls)`` on the whole conversation (wrapped
+    in XML, one user message), which the relay answers as a forced call."""
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(get_population)],
+        llm=relay_llm(server),
+        output_cls=Population,
+    )
+    result: Any = await agent.run("Use get_population for Paris.")
+    assert isinstance(result, AgentOutput)
+    assert [(c.tool_name, c.tool_kwargs) for c in result.tool_calls] == [
+        ("get_population", {"city": "Paris"})
+    ]
+    assert result.structured_response == {"city": "Paris", "population": POPULATIONS["paris"]}
+    last = server.models["small"].requests[-1]  # the structured response's request
+    schema = last["structured_outputs"]["json"]
+    assert schema["properties"]["name"] == {"const": "Population"}
+
+
+async def test_strict_tools_constrain_each_call_to_the_tool_s_schema(server: ScriptedVLLM) -> None:
+    """``strict=True`` (as LlamaIndex's OpenAI takes it) holds every <tool_call> block to the
+    tool's parameters; without it the answer is free."""
+    tool = FunctionTool.from_defaults(get_population)
+    llm = relay_llm(server)
+    response = await llm.achat_with_tools([tool], "Use get_population for Paris.", strict=True)
+    (selection,) = llm.get_tool_calls_from_response(response)
+    assert (selection.tool_name, selection.tool_kwargs) == ("get_population", {"city": "Paris"})
+    tag = json.loads(server.models["small"].requests[-1]["structured_outputs"]["structural_tag"])
+    assert tag["format"]["type"] == "triggered_tags"
+    call = tag["format"]["tags"][0]["content"]["json_schema"]
+    assert call["properties"]["arguments"] == tool.metadata.get_parameters_dict()
+    await llm.achat_with_tools([tool], "Use get_population for Paris.")
+    assert "structured_outputs" not in server.models["small"].requests[-1]
