@@ -11,21 +11,23 @@ become reasoning deltas, answer text and tool calls (parsed from the Qwen3/Herme
         if isinstance(event, ReasoningDelta): ...
         elif isinstance(event, ContentDelta): ...
         elif isinstance(event, ToolCallDelta): ...   # event.index, event.call
+        # with stream_chat(..., partial_calls=True), a forced call also comes in pieces:
+        elif isinstance(event, ToolCallChunk): ...   # event.index, event.id, event.text
         elif isinstance(event, ChatResponse): ...    # the whole turn, usage and stats
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, overload
 
 from .config import ModelRole, SamplingConfig
 from .constraints import calls_or_json, forced_call_schema, is_strict, strict_calls
 from .generation import RequestHook
 from .result import RelayDone, RelayResult, TextDelta
 from .switcher import RelaySwitcher
-from .tool_calls import InvalidToolCall, ToolCall, ToolCallStream, parse_call
+from .tool_calls import InvalidToolCall, ToolCall, ToolCallStream, new_call_id, parse_call
 
 Message = dict[str, Any]
 ToolChoice = Literal["auto", "none", "required"] | str
@@ -141,6 +143,17 @@ class ToolCallDelta:
 
 
 @dataclass(frozen=True)
+class ToolCallChunk:
+    """A piece of a forced call as it is written: ``text`` continues the call's JSON
+    (``{"name": ..., "arguments": {...}}``); the :class:`ToolCallDelta` with the same index
+    ends it, with the same ``id``. Streamed only when asked (``partial_calls=True``)."""
+
+    index: int
+    id: str
+    text: str
+
+
+@dataclass(frozen=True)
 class ChatResponse:
     """The whole turn: the answer split into content and tool calls, and the relay's result."""
 
@@ -155,12 +168,30 @@ class ChatResponse:
 ChatEvent = ReasoningDelta | ContentDelta | ToolCallDelta | ChatResponse
 
 
+@overload
+def stream_chat(
+    switcher: RelaySwitcher, request: ChatRequest, *, partial_calls: Literal[False] = False
+) -> AsyncGenerator[ChatEvent, None]: ...
+
+
+@overload
+def stream_chat(
+    switcher: RelaySwitcher, request: ChatRequest, *, partial_calls: bool
+) -> AsyncGenerator[ChatEvent | ToolCallChunk, None]: ...
+
+
 async def stream_chat(
-    switcher: RelaySwitcher, request: ChatRequest
-) -> AsyncGenerator[ChatEvent, None]:
-    """Run one chat turn on the relay, streaming what a chat client shows."""
+    switcher: RelaySwitcher, request: ChatRequest, *, partial_calls: bool = False
+) -> AsyncGenerator[ChatEvent | ToolCallChunk, None]:
+    """Run one chat turn on the relay, streaming what a chat client shows.
+
+    With ``partial_calls``, a forced call also streams as :class:`ToolCallChunk` pieces while
+    it is written (structured output that grows); calls in ``<tool_call>`` blocks still
+    arrive whole.
+    """
     constraint = request.answer_constraint()
     forced = bool(request.forced_tools)
+    forced_id = new_call_id()  # the forced call's id, in its chunks and once it is whole
     parser = ToolCallStream() if request.offered_tools and not forced else None
     content: list[str] = []
     calls: list[ToolCall | InvalidToolCall] = []
@@ -193,6 +224,8 @@ async def stream_chat(
                 yield ReasoningDelta(event.text, event.model)
             elif forced:
                 content.append(event.text)  # JSON of the call: parsed at the end
+                if partial_calls:
+                    yield ToolCallChunk(0, forced_id, event.text)
             elif parser is not None:
                 for chat_event in emit(parser.feed(event.text), event.model):
                     yield chat_event
@@ -205,7 +238,8 @@ async def stream_chat(
     last_model = result.segments[-1].model if result.segments else "large"
     if forced:
         call_text, content = "".join(content), []
-        for chat_event in emit([_forced_call(call_text, result)], last_model):
+        call = replace(_forced_call(call_text, result), id=forced_id)
+        for chat_event in emit([call], last_model):
             yield chat_event
     elif parser is not None:
         for chat_event in emit(parser.close(), last_model):
