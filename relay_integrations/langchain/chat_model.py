@@ -242,8 +242,11 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         ``strict=True`` (as in ``ChatOpenAI``): the arguments of every call are constrained
         by vLLM structured outputs to the tool's schema (all fields required, no others).
         With ``response_format=`` bound too (``create_agent(..., response_format=...)``),
-        the answer is either tool calls or that JSON: the model chooses.
+        the answer is either tool calls or that JSON, the model's choice, and the tools are
+        strict unless ``strict=False`` (as ``ChatOpenAI`` makes them).
         """
+        if kwargs.get("response_format") and strict is None:
+            strict = True
         formatted = [convert_to_openai_tool(tool, strict=strict) for tool in tools]
         bound: dict[str, Any] = {"tools": formatted, **kwargs}
         if tool_choice is not None:

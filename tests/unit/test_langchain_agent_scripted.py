@@ -81,8 +81,16 @@ async def test_with_the_provider_strategy_the_agent_calls_the_tool_then_answers_
     assert isinstance(final, AIMessage) and not final.tool_calls
     assert json.loads(final.text) == {"city": "Paris", "population": POPULATIONS["paris"]}
     # both turns under the same grammar: a tool call or the schema, never the schema alone
-    formats = [json.loads(c["structural_tag"])["format"]["type"] for c in constraints]
-    assert formats == ["or", "or"]
+    formats = [json.loads(c["structural_tag"])["format"] for c in constraints]
+    assert [f["type"] for f in formats] == ["or", "or"]
+    # the tools are strict, as ChatOpenAI makes them with a response format
+    call = formats[0]["elements"][1]["tags"][0]["content"]["json_schema"]
+    assert call["properties"]["arguments"] == {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    }
 
 
 async def test_with_the_tool_strategy_the_agent_calls_the_tool_then_the_schema_tool() -> None:
