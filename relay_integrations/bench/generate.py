@@ -47,7 +47,7 @@ class BenchRecord(BaseModel):
     switches: int = 0
     completion_tokens: dict[str, int] = Field(default_factory=dict, description="Per model")
     prompt_tokens: int = 0
-    cached_tokens: int = 0
+    cached_tokens: int | None = Field(default=0, description="None: a server did not say")
     error: str | None = None
 
     @property
@@ -127,7 +127,7 @@ async def _solo(
         if piece.completion_tokens is not None:
             record.completion_tokens = {role: piece.completion_tokens}
             record.prompt_tokens = piece.prompt_tokens or 0
-            record.cached_tokens = piece.cached_tokens or 0
+            record.cached_tokens = piece.cached_tokens
     markers = switcher.config.markers
     record.answer = split_reasoning(text, markers, PromptReasoning.of(prompt.text, markers))[1]
     record.large_share = 1.0 if role == "large" else 0.0

@@ -143,9 +143,12 @@ def _print_stats(out: TextIO, result: RelayResult) -> None:
     ttft = f"{stats.time_to_first_token:.2f} s" if stats.time_to_first_token else "n/a"
     print(f"time:              {stats.total_seconds:.2f} s (first token {ttft})", file=out)
     for role, usage in result.usage.items():
+        cached = f"{usage.cached_tokens} from the prefix cache"
+        if usage.cache_unreported:
+            cached += f"; {usage.cache_unreported} requests did not say"
         print(
             f"{role:5} model:       {usage.completion_tokens} tokens written, "
-            f"{usage.prompt_tokens} prompt tokens ({usage.cached_tokens} from the prefix cache), "
+            f"{usage.prompt_tokens} prompt tokens ({cached}), "
             f"{usage.requests} requests, {stats.seconds[role]:.2f} s",
             file=out,
         )

@@ -121,6 +121,13 @@ class EndpointConfig(_Frozen):
     max_concurrency: int = Field(
         default=64, ge=1, description="Requests in flight to this endpoint at once"
     )
+    max_stop_strings: int | None = Field(
+        default=None,
+        ge=0,
+        description="Stop strings the server takes per request (vLLM: VLLM_MAX_STOP_STRINGS, "
+        "4 unless set); None learns it from the server's first refusal. The relay finds the "
+        "stop strings past it in the stream and closes the request there",
+    )
     extra_headers: dict[str, str] = Field(default_factory=dict)
     extra_body: dict[str, Any] = Field(
         default_factory=dict, description="Extra vLLM request fields sent with every request"

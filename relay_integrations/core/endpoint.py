@@ -20,9 +20,11 @@ import asyncio
 import email.utils
 import http.cookiejar
 import json
+import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import openai
@@ -31,10 +33,12 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from .client_shards import ClientShards
 from .config import EndpointConfig, ModelRole
-from .errors import RelayError, ServerSetupError
+from .errors import RelayError
+from .stream_stops import StreamStops
 from .upstream_errors import Tries, explain_failure
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 MAX_RETRY_AFTER = 60.0
 
@@ -61,7 +65,11 @@ class StreamPiece:
     stop_reason: str | int | None = None
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
+    """None when the server does not report them (no ``--enable-prompt-tokens-details``),
+    or when the relay closed the request at a stop string the server was not given."""
     completion_tokens: int | None = None
+    usage_only: bool = False
+    """The stream's final usage chunk (no text)."""
 
 
 class StreamInterrupted(RelayError):
@@ -105,6 +113,9 @@ class Endpoint:
         self._clients = ClientShards(self._make_client)
         self._slots = asyncio.Semaphore(config.max_concurrency)
         self._model_info: ModelInfo | None = None
+        self.stop_limit: int | None = config.max_stop_strings
+        """Stop strings the server takes per request: configured, or learned from its first
+        refusal of a longer list; None while unknown (all are sent)."""
 
     def _make_client(self) -> openai.AsyncOpenAI:
         config = self.config
@@ -157,12 +168,27 @@ class Endpoint:
         return data
 
     async def stream_completion(self, request: CompletionRequest) -> AsyncIterator[StreamPiece]:
-        """Stream one completion. Retries until the first piece; see the module docstring."""
+        """Stream one completion. Retries until the first piece; see the module docstring.
+
+        Stop strings past the server's limit are found in the stream (:class:`StreamStops`):
+        the last piece then ends just after the stop string, with ``finish_reason`` "stop"
+        and that ``stop_reason``, as if the server had stopped there, and closing the stream
+        aborts the request upstream.
+        """
         async with self._slots, self._clients.lease() as client:
             response, pieces, piece = await self._with_retries(lambda: self._open(client, request))
-            received = ""
+            overflow = request.stop[self.stop_limit :] if self._overflows(request) else ()
+            watch = StreamStops(overflow) if overflow else None
+            received, usage = "", StreamPiece()
             try:
                 while piece is not None:
+                    if watch is not None and not piece.usage_only:
+                        usage = piece  # every chunk carries the usage so far: keep the latest
+                        piece = replace(piece, prompt_tokens=None, completion_tokens=None)
+                        hit = watch.feed(piece.text)
+                        if hit is not None:
+                            yield _cut(hit, usage)
+                            return  # the finally clause closes the stream: vLLM aborts it
                     received += piece.text
                     yield piece
                     piece = await anext(pieces, None)
@@ -172,6 +198,10 @@ class Endpoint:
                 raise StreamInterrupted(self.role, received, exc) from exc
             finally:
                 await response.close()
+
+    def _overflows(self, request: CompletionRequest) -> bool:
+        """Whether `request` has more stop strings than the server takes."""
+        return self.stop_limit is not None and len(request.stop) > self.stop_limit
 
     async def _with_retries(self, call: Callable[[], Awaitable[T]]) -> T:
         """Run `call`, retrying what may pass; a final failure becomes UpstreamFailure."""
@@ -207,26 +237,37 @@ class Endpoint:
             **request.sampling,
             **request.extra_body,
         }
+        # vLLM's own field; a request closed at a stop string found in the stream gets no
+        # final usage chunk, so then every chunk carries the usage so far
+        extra_body["stream_options"] = {
+            "include_usage": True,
+            "continuous_usage_stats": self._overflows(request),
+        }
+        stops = list(request.stop[: self.stop_limit])  # the first ones: the relay orders them
         opening = client.completions.with_streaming_response.create(
             model=self.config.model,
             prompt=request.prompt,
             max_tokens=request.max_tokens,
-            stop=list(request.stop) or None,
+            stop=stops or None,
             stream=True,
-            stream_options={"include_usage": True},
             extra_body=extra_body,
             extra_headers=dict(request.headers),
         )
         try:
             response = await opening.__aenter__()
         except openai.BadRequestError as refused:
-            if "body.stop" in str(refused.message) and "at most" in str(refused.message):
-                raise ServerSetupError(
-                    f"the {self.role} vLLM server at {self.config.base_url} refuses "
-                    f"{len(request.stop)} stop strings (vLLM allows 4 unless told otherwise). "
-                    "Restart it with the environment variable VLLM_MAX_STOP_STRINGS=1024."
-                ) from None
-            raise
+            limit = _stop_limit(refused)
+            if limit is None or limit >= len(stops):
+                raise
+            self.stop_limit = limit  # learned once; the rest are found in the stream
+            logger.info(
+                "%s server %s takes %d stop strings a request; the relay finds the others in "
+                "the stream (start vLLM with VLLM_MAX_STOP_STRINGS=1024 to let it stop there)",
+                self.role,
+                self.config.base_url,
+                limit,
+            )
+            return await self._open(client, request)
         pieces = _server_sent_pieces(response.iter_lines())
         try:
             return response, pieces, await anext(pieces, None)
@@ -307,9 +348,35 @@ def _piece(chunk: Mapping[str, Any]) -> StreamPiece:
         finish,
         stop_reason,
         prompt_tokens=usage.get("prompt_tokens"),
-        cached_tokens=details.get("cached_tokens") or 0,
+        cached_tokens=details.get("cached_tokens"),
         completion_tokens=usage.get("completion_tokens"),
+        usage_only=not choices,
     )
+
+
+def _cut(hit: tuple[str, str], usage: StreamPiece) -> StreamPiece:
+    """The last piece of a request closed at a stop string found in the stream: its text up
+    to the stop string's end, and the usage so far (cached tokens unknown: that count comes
+    in the final chunk, which a closed stream does not get)."""
+    kept, stop = hit
+    return StreamPiece(
+        kept,
+        "stop",
+        stop,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+    )
+
+
+_AT_MOST = re.compile(r"at most (\d+) item")
+
+
+def _stop_limit(refused: openai.BadRequestError) -> int | None:
+    """The stop-string limit a vLLM 400 names ("body.stop: List should have at most 4 items
+    after validation, not 145"), or None if it is about something else."""
+    message = str(refused.message)
+    match = _AT_MOST.search(message)
+    return int(match.group(1)) if match and "stop" in message else None
 
 
 def _is_retryable(exc: BaseException) -> bool:

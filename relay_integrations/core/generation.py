@@ -167,7 +167,7 @@ class Generation:
                                 phase,
                                 usage,
                                 piece.prompt_tokens or 0,
-                                piece.cached_tokens or 0,
+                                piece.cached_tokens,
                                 piece.completion_tokens,
                             )
                 except StreamInterrupted as broken:
@@ -204,7 +204,7 @@ class Generation:
         phase: Phase,
         turn: ModelUsage,
         prompt: int,
-        cached: int,
+        cached: int | None,
         completion: int,
     ) -> None:
         """Add one request's usage to the turn, the model and the reasoning."""

@@ -29,13 +29,25 @@ class ModelUsage(BaseModel):
 
     requests: int = 0
     prompt_tokens: int = 0
-    cached_tokens: int = Field(default=0, description="Prompt tokens served from the prefix cache")
+    cached_tokens: int = Field(
+        default=0,
+        description="Prompt tokens served from the prefix cache, over the requests that said",
+    )
+    cache_unreported: int = Field(
+        default=0,
+        description="Requests that did not say how many prompt tokens the cache served: a "
+        "server without --enable-prompt-tokens-details, or a request closed at a stop string "
+        "found in the stream",
+    )
     completion_tokens: int = 0
 
-    def add(self, prompt: int, cached: int, completion: int) -> None:
+    def add(self, prompt: int, cached: int | None, completion: int) -> None:
         self.requests += 1
         self.prompt_tokens += prompt
-        self.cached_tokens += cached
+        if cached is None:
+            self.cache_unreported += 1
+        else:
+            self.cached_tokens += cached
         self.completion_tokens += completion
 
 
@@ -85,8 +97,11 @@ class RelayResult(BaseModel):
         return sum(u.prompt_tokens for u in self.usage.values())
 
     @property
-    def cached_tokens(self) -> int:
-        """Of those, the ones the servers' prefix caches served."""
+    def cached_tokens(self) -> int | None:
+        """Of those, the ones the servers' prefix caches served; None when some request did
+        not report it (see :attr:`ModelUsage.cache_unreported`), not a misleading 0."""
+        if any(u.cache_unreported for u in self.usage.values()):
+            return None
         return sum(u.cached_tokens for u in self.usage.values())
 
     def summary(self) -> dict[str, Any]:

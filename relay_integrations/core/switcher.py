@@ -173,7 +173,7 @@ class RelaySwitcher:
                     async for delta in run.turn(
                         "small",
                         decide=self._small_turn_ends(run),
-                        stops=lambda: (*SENTENCE_STOPS, self.config.markers.end),
+                        stops=lambda: (self.config.markers.end, *SENTENCE_STOPS),
                         cap=policy.max_small_tokens,
                     ):
                         yield delta
@@ -211,11 +211,13 @@ class RelaySwitcher:
         yield RelayDone(run.result("length" if finish == "length" else "stop"))
 
     def _large_stops(self, run: Generation) -> tuple[str, ...]:
+        """Most important first: a server that takes only a few gets the end of reasoning
+        (the endpoint finds the cues past its limit in the stream)."""
         if run.phase == "answer":  # the model answered without reasoning: no switching
             return ()
         if not run.small_available:
             return (self.config.markers.end,)
-        return (*self.cues.stop_strings, self.config.markers.end)
+        return (self.config.markers.end, *self.cues.stop_strings)
 
     def _large_turn_ends(self, run: Generation) -> Decide:
         def decide(end: RequestEnd) -> SegmentEnd | None:

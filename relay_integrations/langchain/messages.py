@@ -81,13 +81,15 @@ def usage_metadata(result: RelayResult) -> UsageMetadata:
     """Tokens summed over both models and all their requests.
 
     Every segment re-sends the text so far, so ``input_tokens`` counts a prefix once per
-    request; ``input_token_details.cache_read`` shows how much of it the prefix cache served.
+    request; ``input_token_details.cache_read`` shows how much of it the prefix cache served
+    (left out when a server did not say: unknown, not 0).
     """
+    cached = result.cached_tokens
     return UsageMetadata(
         input_tokens=result.prompt_tokens,
         output_tokens=result.completion_tokens,
         total_tokens=result.prompt_tokens + result.completion_tokens,
-        input_token_details={"cache_read": result.cached_tokens},
+        input_token_details={} if cached is None else {"cache_read": cached},
         output_token_details={"reasoning": result.reasoning_tokens},
     )
 

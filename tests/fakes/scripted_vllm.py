@@ -5,7 +5,8 @@ A :class:`ScriptedModel` continues every prompt with the rest of a scripted trac
 is the rendered chat (``ASSISTANT`` marks where the generation starts) plus whatever has been
 generated so far, and the reply is the trace after that. Streaming, stop strings with
 ``include_stop_str_in_output``, ``min_tokens``, ``max_tokens``, ``stop_reason``, usage with
-cached tokens, ``/tokenize``, ``/detokenize`` and ``/v1/models`` behave like vLLM's; a request
+cached tokens (and in every chunk with ``stream_options.continuous_usage_stats``), vLLM's cap on
+stop strings (``max_stop_strings``), ``/tokenize``, ``/detokenize`` and ``/v1/models`` behave like vLLM's; a request
 without ``"stream": true`` gets the whole completion in one response. With ``api_key``, the
 ``/v1`` routes want it as a bearer token, as vLLM's ``--api-key`` does. ``/tokenize`` renders
 chat messages (and tools) like vLLM with the Qwen3 chat template (:func:`render_chat`).
@@ -334,6 +335,7 @@ class ScriptedVLLM:
         if fault.stall:
             await asyncio.sleep(fault.stall)
         prompt_tokens = tokenize(body["prompt"])
+        outcome.prompt_tokens = len(prompt_tokens)
         cached = model.cached_tokens(prompt_tokens)
         stops = body.get("stop") or []
         include = body.get("include_stop_str_in_output", False)
@@ -345,6 +347,7 @@ class ScriptedVLLM:
             if fault.cut_after is not None and n == fault.cut_after:
                 raise ConnectionResetError("injected cut")
             n += 1
+            outcome.generated = n
             before = len(text)
             text += token
             hit = None
@@ -378,8 +381,11 @@ class ScriptedVLLM:
         finished = False
         try:
             outcome = _Outcome()
+            continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
             async for piece in self._generate(model, body, fault, outcome):
-                yield _chunk(model.name, piece, None)
+                yield _chunk(
+                    model.name, piece, None, usage=outcome.so_far() if continuous else None
+                )
             yield _chunk(model.name, "", outcome.finish, outcome.stop_reason)
             usage = {**_completion(model.name, []), "usage": outcome.usage}
             yield "data: " + json.dumps(usage) + "\n\n"
@@ -410,6 +416,16 @@ class _Outcome:
     finish: str = "stop"
     stop_reason: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    generated: int = 0
+
+    def so_far(self) -> dict[str, int]:
+        """vLLM's ``continuous_usage_stats`` usage of a chunk: the tokens up to it."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.generated,
+            "total_tokens": self.prompt_tokens + self.generated,
+        }
 
 
 def _completion(model: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
@@ -432,6 +448,12 @@ def _choice(text: str, finish: str | None, stop_reason: str | None) -> dict[str,
     }
 
 
-def _chunk(model: str, text: str, finish: str | None, stop_reason: str | None = None) -> str:
-    payload = {**_completion(model, [_choice(text, finish, stop_reason)]), "usage": None}
+def _chunk(
+    model: str,
+    text: str,
+    finish: str | None,
+    stop_reason: str | None = None,
+    usage: dict[str, int] | None = None,
+) -> str:
+    payload = {**_completion(model, [_choice(text, finish, stop_reason)]), "usage": usage}
     return "data: " + json.dumps(payload) + "\n\n"

@@ -56,6 +56,17 @@ def r1() -> Server:
     )
 
 
+@pytest.fixture(scope="session")
+def stock() -> Server:
+    """A vLLM server started as users run theirs: no VLLM_MAX_STOP_STRINGS (4 stop strings a
+    request), no --enable-prompt-tokens-details; it serves qwen3-small's model under two names."""
+    return Server(
+        _env("RELAY_TEST_STOCK_URL"),
+        _env("RELAY_TEST_STOCK_LARGE_MODEL"),
+        _env("RELAY_TEST_STOCK_SMALL_MODEL"),
+    )
+
+
 async def running_requests(root: str) -> float:
     """vLLM's gauge of requests being generated (from /metrics)."""
     async with httpx.AsyncClient() as client:

@@ -17,7 +17,6 @@ from relay_integrations.core import (
     RelaySwitcher,
     SamplingConfig,
     SegmentDone,
-    ServerSetupError,
     SwitchPolicy,
     TextDelta,
 )
@@ -328,13 +327,44 @@ async def test_reasoning_left_open_at_end_of_sequence_is_closed_and_answered() -
     assert (result.reasoning, result.answer) == ("Let me add two and two.", "It is 4.")
 
 
-async def test_a_server_refusing_many_stop_strings_is_reported_with_the_fix() -> None:
-    large = ScriptedModel("large", TRACE, max_stop_strings=4)
-    small = ScriptedModel("small", TRACE)
-    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
-        with pytest.raises(ServerSetupError, match="VLLM_MAX_STOP_STRINGS=1024"):
-            await relay.generate(MESSAGES)
-    assert len(large.requests) == 1  # not retried: retrying cannot fix it
+@pytest.mark.parametrize("cap", [1, 4])
+async def test_servers_that_take_few_stop_strings_give_the_same_relay(cap: int) -> None:
+    """vLLM's default cap (4), and 1: the endpoints learn it from the first refusal, send the
+    stops that fit and find the others (cues, sentence ends) in the stream, cutting the text
+    where vLLM would have."""
+    plain = [ScriptedModel("large", TRACE), ScriptedModel("small", TRACE)]
+    capped = [ScriptedModel(m.name, TRACE, max_stop_strings=cap) for m in plain]
+    results = []
+    for large, small in (plain, capped):
+        async with (
+            ScriptedVLLM(large, small) as server,
+            RelaySwitcher(make_config(server)) as relay,
+        ):
+            results.append(await relay.generate(MESSAGES))
+            assert relay.endpoints["large"].stop_limit == large.max_stop_strings
+            assert relay.endpoints["small"].stop_limit == small.max_stop_strings
+    stock, limited = results
+    assert [(s.model, s.ended_by, s.cue, s.text) for s in limited.segments] == [
+        (s.model, s.ended_by, s.cue, s.text) for s in stock.segments
+    ]
+    assert limited.text == stock.text and limited.stats.switches == stock.stats.switches >= 2
+    for full, model in zip(plain, capped, strict=True):
+        refused, *sent = model.requests  # one refusal each: the limit is learned once
+        assert len(refused["stop"]) > cap
+        assert len(sent) == len(full.requests)
+        for asked, got in zip(full.requests, sent, strict=True):
+            assert got.get("stop") == ((asked.get("stop") or [])[:cap] or None)
+            assert got["prompt"] == asked["prompt"]
+    # the end of reasoning goes first; the rest was found in the stream
+    assert all(b["stop"][0] == "</think>" for b in capped[0].requests[1:] if b.get("stop"))
+    # usage of requests closed in the stream: tokens from the chunks, cached tokens unknown
+    for role in ("large", "small"):
+        assert limited.usage[role].completion_tokens == stock.usage[role].completion_tokens
+    if cap == 1:  # every cue and sentence end was found in the stream
+        assert limited.usage["large"].cache_unreported == 2  # the two cues
+        assert limited.cached_tokens is None
+    else:  # this trace's cues and sentence ends are among the first four: all server-side
+        assert limited.cached_tokens == stock.cached_tokens
 
 
 @pytest.mark.parametrize("policy", ["use_large", "raise"])

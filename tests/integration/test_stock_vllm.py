@@ -1,0 +1,116 @@
+"""The relay on a stock vLLM server (4 stop strings a request, no cached-token counts): it
+learns the limit, sends the stops that fit, finds the other cues and sentence ends in the
+stream, and writes the same segments as on servers started with VLLM_MAX_STOP_STRINGS=1024.
+Outputs are forced, so both runs write the same text; the stock server serves the small test
+model under both names (a forced trace does not depend on the model)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from relay_integrations.core import EndpointConfig, RelayResult, RelaySwitcher
+from relay_integrations.core.endpoint import CompletionRequest, Endpoint
+from relay_integrations.langchain import RelayChatModel
+from relay_integrations.testing import forcing, regex_literal
+
+from .conftest import Server, qwen_relay_fields, running_requests
+from .test_relay_real_vllm import QUESTION, QWEN_TRACE, qwen_config
+
+pytestmark = pytest.mark.vllm
+
+
+def segments(result: RelayResult) -> list[tuple[str, str, str, str | None, str]]:
+    return [(s.model, s.phase, s.ended_by, s.cue, s.text) for s in result.segments]
+
+
+async def test_a_stock_server_gives_the_same_segments(
+    qwen_large: Server, qwen_small: Server, stock: Server
+) -> None:
+    async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
+        tuned = await relay.generate(QUESTION, request_hook=forcing(QWEN_TRACE))
+    async with RelaySwitcher(qwen_config(stock, stock)) as relay:
+        plain = await relay.generate(QUESTION, request_hook=forcing(QWEN_TRACE))
+        assert relay.endpoints["large"].stop_limit == relay.endpoints["small"].stop_limit == 4
+    assert plain.text == tuned.text == QWEN_TRACE
+    assert segments(plain) == segments(tuned)
+    # " So " is past the first four stops of the large model, "\n\n" past the small one's:
+    # both were found in the stream
+    assert [s.cue for s in plain.segments if s.cue] == ["Therefore,", "Now", "So "]
+    for role in ("large", "small"):
+        # a regex fixes text, not tokens: the counts may differ by a split, not the requests
+        assert plain.usage[role].requests == tuned.usage[role].requests
+        assert plain.usage[role].completion_tokens > 0
+        assert plain.usage[role].cache_unreported == plain.usage[role].requests  # no details
+        assert tuned.usage[role].cache_unreported == 0
+    assert plain.cached_tokens is None and tuned.cached_tokens is not None
+
+
+async def generated_tokens(root: str) -> float:
+    """vLLM's counter of tokens generated, over all its requests (from /metrics)."""
+    async with httpx.AsyncClient() as client:
+        text = (await client.get(f"{root}/metrics")).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:generation_tokens_total")
+    )
+
+
+async def test_a_stop_found_in_the_stream_cuts_the_text_and_aborts_the_request(
+    stock: Server,
+) -> None:
+    """The fifth stop string is past the server's limit: the endpoint finds it in the stream,
+    ends the text just after it, and closing the stream stops vLLM generating (its token
+    counter stops a few tokens past the cut, far short of the ~180 the request had left)."""
+    text = "So we start here and the rest " + "goes on and on " * 30
+    request = CompletionRequest(
+        prompt="Hi",
+        max_tokens=300,
+        stop=("</think>", "\n\n", "?\n", "!\n", " rest "),
+        extra_body={"structured_outputs": {"regex": regex_literal(text)}},
+    )
+    endpoint = Endpoint(EndpointConfig(base_url=stock.url, model=stock.large_model), "large")
+    before = await generated_tokens(stock.root)
+    try:
+        pieces = [piece async for piece in endpoint.stream_completion(request)]
+    finally:
+        await endpoint.aclose()
+    assert endpoint.stop_limit == 4
+    assert "".join(p.text for p in pieces) == "So we start here and the rest "
+    last = pieces[-1]
+    assert (last.finish_reason, last.stop_reason) == ("stop", " rest ")
+    assert last.completion_tokens is not None and last.completion_tokens >= 6
+    assert last.cached_tokens is None  # the final usage chunk never came
+    for _ in range(50):
+        if await running_requests(stock.root) == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert await running_requests(stock.root) == 0
+    written = await settled_count(stock.root) - before
+    assert last.completion_tokens <= written < last.completion_tokens + 40, written
+
+
+async def settled_count(root: str) -> float:
+    """The generated-token counter once it has stopped moving (vLLM updates it late)."""
+    count = await generated_tokens(root)
+    for _ in range(20):
+        await asyncio.sleep(0.5)
+        again = await generated_tokens(root)
+        if again == count:
+            return count
+        count = again
+    return count
+
+
+async def test_langchain_on_a_stock_server(stock: Server) -> None:
+    fields = qwen_relay_fields(stock, stock, request_hook=forcing(QWEN_TRACE))
+    message = await RelayChatModel(**{**fields, "cues": ["Therefore,", "Now", "So "]}).ainvoke(
+        "What is 5 + 7?"
+    )
+    assert message.text == "The answer is 12."
+    assert message.response_metadata["relay"]["switches"] == 3
+    assert message.usage_metadata is not None
+    assert "cache_read" not in message.usage_metadata.get("input_token_details", {})
