@@ -257,6 +257,22 @@ async def stream_chat(
     )
 
 
+def openai_usage(result: RelayResult) -> dict[str, Any]:
+    """Usage in the shape of OpenAI's ``usage`` object, over both models and all their
+    requests (each request's prompt counts), reasoning included in the completion.
+
+    ``cached_tokens`` are the prompt tokens the servers' prefix caches served: most of each
+    request's prompt after the first, since every switch re-sends the transcript.
+    """
+    return {
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "total_tokens": result.prompt_tokens + result.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": result.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": result.reasoning_tokens},
+    }
+
+
 def normalize_tool_choice(
     choice: str | bool | Mapping[str, Any] | None, required: bool = False
 ) -> ToolChoice | None:

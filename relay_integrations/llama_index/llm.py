@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from llama_index.core.base.llms.generic_utils import (
@@ -28,20 +28,26 @@ from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW as DEFAULT_WINDOW
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
+from llama_index.core.program.function_program import get_function_tool
+from llama_index.core.program.utils import FlexibleModel, get_program_for_llm
+from llama_index.core.prompts import PromptTemplate
+from llama_index.core.types import BasePydanticProgram, Model, PydanticProgramMode
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from ..core.chat import (
     ChatRequest,
     ContentDelta,
     ReasoningDelta,
+    ToolCallChunk,
     ToolCallDelta,
     normalize_tool_choice,
+    stream_chat,
 )
 from ..core.chat import ChatResponse as RelayResponse
 from ..core.constraints import with_strict
 from ..core.errors import RelayError
 from ..core.settings import RelaySettings
-from ..core.tool_calls import ToolCall
+from ..core.tool_calls import PartialCalls, PartialToolCall, ToolCall
 from . import messages as convert
 
 if TYPE_CHECKING:
@@ -134,35 +140,56 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
             self._served_window = await self._client.context_window()
 
     # -- chat -----------------------------------------------------------------------------
+    # The public methods carry LlamaIndex's callback events; the completion methods reuse the
+    # undecorated ones, so that a completion is one LLM event (a callback-wrapped chat inside
+    # it would be a second, and TokenCountingHandler would count its tokens twice).
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        await self._learn_window()
-        response = await self._client.respond(self._request(messages, kwargs))
-        return convert.chat_response(response, self.model_name)
+        return await self._achat(messages, **kwargs)
 
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        response = self._client.run(self._client.respond(self._request(messages, kwargs)))
-        return convert.chat_response(response, self.model_name)
+        return self._chat(messages, **kwargs)
 
     @llm_chat_callback()
     async def astream_chat(
         self, messages: Sequence[ChatMessage], **kwargs: Any
     ) -> ChatResponseAsyncGen:
-        await self._learn_window()
-        return self._stream(self._request(messages, kwargs))
+        return await self._astream_chat(messages, **kwargs)
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        return self._stream_chat(messages, **kwargs)
+
+    async def _achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        await self._learn_window()
+        response = await self._client.respond(self._request(messages, kwargs))
+        return convert.chat_response(response, self.model_name)
+
+    def _chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        response = self._client.run(self._client.respond(self._request(messages, kwargs)))
+        return convert.chat_response(response, self.model_name)
+
+    async def _astream_chat(
+        self, messages: Sequence[ChatMessage], **kwargs: Any
+    ) -> ChatResponseAsyncGen:
+        await self._learn_window()
+        return self._stream(self._request(messages, kwargs))
+
+    def _stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         return self._client.iterate(self._stream(self._request(messages, kwargs)))
 
     async def _stream(self, request: ChatRequest) -> AsyncGenerator[ChatResponse, None]:
         """Deltas as LlamaIndex streams them: ``delta`` is answer text, thinking goes in
-        ``additional_kwargs["thinking_delta"]``, ``message`` holds everything so far; the
-        last response carries usage and relay stats."""
-        reasoning, content, calls = "", "", list[ToolCall]()
-        async for event in self._client.stream(request):
+        ``additional_kwargs["thinking_delta"]``, ``message`` holds everything so far (a forced
+        call as far as it is written, so that structured output grows); the last response
+        carries usage (``raw["usage"]``) and relay stats."""
+        reasoning, content = "", ""
+        calls: dict[int, ToolCall | PartialToolCall] = {}
+        partial = PartialCalls()
+        events = stream_chat(self._client.switcher(), request, partial_calls=True)
+        async for event in events:
             if isinstance(event, RelayResponse):
                 yield convert.chat_response(event, self.model_name, delta="")
                 return
@@ -174,9 +201,14 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
             elif isinstance(event, ContentDelta):
                 content += event.text
                 delta = event.text
-            elif isinstance(event, ToolCallDelta) and isinstance(event.call, ToolCall):
-                calls.append(event.call)
-            message = convert.assistant_message(reasoning, content, calls)
+            elif isinstance(event, ToolCallChunk):
+                calls[event.index] = partial.feed(event.index, event.id, event.text)
+            elif isinstance(event, ToolCallDelta):
+                if isinstance(event.call, ToolCall):
+                    calls[event.index] = event.call
+                else:  # unreadable: the last response lists it as invalid
+                    calls.pop(event.index, None)
+            message = convert.assistant_message(reasoning, content, list(calls.values()))
             yield ChatResponse(message=message, delta=delta, additional_kwargs=extra)
 
     # -- completion -----------------------------------------------------------------------
@@ -185,23 +217,67 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
     async def acomplete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponse:
-        return await achat_to_completion_decorator(self.achat)(prompt, **kwargs)
+        return await achat_to_completion_decorator(self._achat)(prompt, **kwargs)
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        return chat_to_completion_decorator(self.chat)(prompt, **kwargs)
+        return chat_to_completion_decorator(self._chat)(prompt, **kwargs)
 
     @llm_completion_callback()
     async def astream_complete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponseAsyncGen:
-        return await astream_chat_to_completion_decorator(self.astream_chat)(prompt, **kwargs)
+        return await astream_chat_to_completion_decorator(self._astream_chat)(prompt, **kwargs)
 
     @llm_completion_callback()
     def stream_complete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponseGen:
-        return stream_chat_to_completion_decorator(self.stream_chat)(prompt, **kwargs)
+        return stream_chat_to_completion_decorator(self._stream_chat)(prompt, **kwargs)
+
+    # -- structured output ----------------------------------------------------------------
+
+    def _structured_stream_call(
+        self,
+        output_cls: type[Model],
+        prompt: PromptTemplate,
+        llm_kwargs: dict[str, Any] | None = None,
+        **prompt_args: Any,
+    ) -> Generator[Model | list[Model] | FlexibleModel | list[FlexibleModel], None, None]:
+        """``stream_structured_predict`` (and ``as_structured_llm(...).stream_chat``) with
+        the call forced, as ``structured_predict`` forces it."""
+        program = self._structured_program(output_cls, prompt)
+        return program.stream_call(llm_kwargs=llm_kwargs, **prompt_args)
+
+    async def _structured_astream_call(
+        self,
+        output_cls: type[Model],
+        prompt: PromptTemplate,
+        llm_kwargs: dict[str, Any] | None = None,
+        **prompt_args: Any,
+    ) -> AsyncGenerator[Model | list[Model] | FlexibleModel | list[FlexibleModel], None]:
+        """The async twin of :meth:`_structured_stream_call`."""
+        program = self._structured_program(output_cls, prompt)
+        return await program.astream_call(llm_kwargs=llm_kwargs, **prompt_args)
+
+    def _structured_program(
+        self, output_cls: type[Model], prompt: PromptTemplate
+    ) -> BasePydanticProgram[Model]:
+        """LlamaIndex's program for this LLM, with the output's tool named as the choice.
+
+        ``FunctionCallingProgram.stream_call`` leaves out the ``tool_required=True`` that its
+        ``__call__`` passes: without a forced choice a streamed object would exist only if
+        the model chose to call the tool, and would not be valid by construction.
+        """
+        forced: dict[str, Any] = {}
+        if self.pydantic_program_mode in (
+            PydanticProgramMode.DEFAULT,
+            PydanticProgramMode.FUNCTION,
+        ):
+            forced["tool_choice"] = get_function_tool(output_cls).metadata.name
+        return get_program_for_llm(
+            output_cls, prompt, self, pydantic_program_mode=self.pydantic_program_mode, **forced
+        )
 
     # -- tools ----------------------------------------------------------------------------
 

@@ -17,7 +17,8 @@ from llama_index.core.base.llms.types import (
 )
 
 from ..core.chat import ChatResponse as RelayResponse
-from ..core.tool_calls import ToolCall
+from ..core.chat import openai_usage
+from ..core.tool_calls import PartialToolCall, ToolCall
 
 _ROLES = {
     MessageRole.SYSTEM: "system",
@@ -50,7 +51,9 @@ def _message(message: ChatMessage) -> dict[str, Any]:
     text = "".join(b.text for b in message.blocks if isinstance(b, TextBlock))
     out: dict[str, Any] = {"role": role, "content": text}
     calls = [_openai_call(b) for b in message.blocks if isinstance(b, ToolCallBlock)]
-    calls += list(message.additional_kwargs.get("tool_calls") or [])
+    # Our own messages carry their calls twice (blocks, and OpenAI dicts for LlamaIndex's
+    # streaming parsers); other LLMs' messages may carry them only in additional_kwargs.
+    calls = calls or list(message.additional_kwargs.get("tool_calls") or [])
     if calls:
         out["tool_calls"] = calls
     if role == "tool":
@@ -70,18 +73,31 @@ def _openai_call(block: ToolCallBlock) -> dict[str, Any]:
     }
 
 
-def tool_call_block(call: ToolCall) -> ToolCallBlock:
-    return ToolCallBlock(tool_call_id=call.id, tool_name=call.name, tool_kwargs=call.arguments)
+def tool_call_block(call: ToolCall | PartialToolCall) -> ToolCallBlock:
+    """A call, or a call still being written (its name is empty until it is whole)."""
+    return ToolCallBlock(
+        tool_call_id=call.id, tool_name=call.name or "", tool_kwargs=call.arguments
+    )
 
 
-def assistant_message(reasoning: str, content: str, calls: Sequence[ToolCall]) -> ChatMessage:
-    """An assistant message: a thinking block, the answer text, then the tool calls."""
+def assistant_message(
+    reasoning: str, content: str, calls: Sequence[ToolCall | PartialToolCall]
+) -> ChatMessage:
+    """An assistant message: a thinking block, the answer text, then the tool calls.
+
+    The calls are also in ``additional_kwargs["tool_calls"]`` (OpenAI's form): LlamaIndex's
+    structured streaming (``process_streaming_objects``) looks there to know that a streamed
+    response holds calls, then reads them with ``get_tool_calls_from_response``.
+    """
     blocks: list[Any] = []
     if reasoning:
         blocks.append(ThinkingBlock(content=reasoning))
     blocks.append(TextBlock(text=content))
-    blocks += [tool_call_block(c) for c in calls]
-    return ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks)
+    call_blocks = [tool_call_block(c) for c in calls]
+    message = ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks + call_blocks)
+    if call_blocks:
+        message.additional_kwargs["tool_calls"] = [_openai_call(b) for b in call_blocks]
+    return message
 
 
 def chat_response(
@@ -96,14 +112,21 @@ def chat_response(
         ]
     return ChatResponse(
         message=message,
-        raw=response.result.model_dump(),
+        raw=raw(response),
         delta=delta,
         additional_kwargs=usage(response, model_name),
     )
 
 
+def raw(response: RelayResponse) -> dict[str, Any]:
+    """``usage`` in OpenAI's shape, over both models (LlamaIndex's token counter reads
+    ``raw["usage"]`` and looks no further once it is there), and the whole ``result``."""
+    return {"usage": openai_usage(response.result), "result": response.result.model_dump()}
+
+
 def usage(response: RelayResponse, model_name: str) -> dict[str, Any]:
-    """Token counts over both models (the OpenAI names LlamaIndex's token counter reads)."""
+    """Token counts over both models under OpenAI's names, flat beside the response (as
+    LlamaIndex's ``OpenAI`` puts them; the token counter reads ``raw["usage"]``)."""
     result = response.result
     return {
         "model_name": model_name,

@@ -17,24 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.chat import ChatResponse, ContentDelta, ReasoningDelta, ToolCallDelta
-from ..core.result import RelayResult
+from ..core.chat import ChatResponse, ContentDelta, ReasoningDelta, ToolCallDelta, openai_usage
 from ..core.tool_calls import InvalidToolCall, ToolCall
-
-
-def usage(result: RelayResult) -> dict[str, Any]:
-    """OpenAI usage over both models and all their requests (each request's prompt counts).
-
-    ``cached_tokens`` are the prompt tokens the servers' prefix caches served: most of each
-    request's prompt after the first, since every switch re-sends the transcript.
-    """
-    return {
-        "prompt_tokens": result.prompt_tokens,
-        "completion_tokens": result.completion_tokens,
-        "total_tokens": result.prompt_tokens + result.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": result.cached_tokens},
-        "completion_tokens_details": {"reasoning_tokens": result.reasoning_tokens},
-    }
 
 
 def tool_call(call: ToolCall | InvalidToolCall) -> dict[str, Any]:
@@ -77,7 +61,7 @@ class ResponseShaper:
                     "logprobs": None,
                 }
             ],
-            "usage": usage(response.result),
+            "usage": openai_usage(response.result),
             "relay": _relay_fields(response),
         }
 
@@ -102,7 +86,7 @@ class ResponseShaper:
     def usage_chunk(self, response: ChatResponse) -> dict[str, Any]:
         """The last chunk when ``stream_options.include_usage``: no choices, the usage."""
         chunk = self._chunk(None)
-        chunk["usage"] = usage(response.result)
+        chunk["usage"] = openai_usage(response.result)
         return chunk
 
     def _chunk(

@@ -104,3 +104,78 @@ def test_structured_predict_is_valid_by_construction(
     llm = relay_llm(qwen_large, qwen_small, f"<think>\n{REASONING}\n</think>\n\n", answer=False)
     verdict = llm.structured_predict(Verdict, PromptTemplate("Grade this: {text}"), text="2+2=4")
     assert isinstance(verdict, Verdict)
+
+
+def _set_fields(partial: BaseModel) -> dict[str, object]:
+    return {k: v for k, v in partial.model_dump().items() if v is not None}
+
+
+def assert_grows_to(partials: list[BaseModel], final: Verdict) -> None:
+    """The fields set never fall, never disagree with the final object (the grade, a
+    one-letter string, shows whole), and come one at a time; the last partial is the object."""
+    assert partials[-1] == final and isinstance(partials[-1], Verdict)
+    counts = [len(_set_fields(p)) for p in partials]
+    assert counts == sorted(counts) and {0, 1, 2} <= set(counts), counts
+    for partial in partials:
+        fields = _set_fields(partial)
+        assert all(fields[k] in ("", getattr(final, k)) for k in fields), fields
+
+
+async def test_streamed_structured_output_grows_to_the_predicted_object(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    """Greedy decoding (temperature 0) with the reasoning forced: the streamed object, built
+    while the server writes the forced call, ends as the non-streamed one."""
+    from llama_index.core.prompts import PromptTemplate
+
+    trace = f"<think>\n{REASONING}\n</think>\n\n"
+    fields = qwen_relay_fields(
+        qwen_large, qwen_small, request_hook=forcing(trace, answer=False), temperature=0.0
+    )
+    llm = RelayLLM(**fields)
+    prompt, text = PromptTemplate("Grade this: {text}"), "2+2=4"
+    final = llm.structured_predict(Verdict, prompt, text=text)
+    assert_grows_to(list(llm.stream_structured_predict(Verdict, prompt, text=text)), final)
+    stream = await llm.astream_structured_predict(Verdict, prompt, text=text)
+    assert_grows_to([p async for p in stream], final)
+    structured = llm.as_structured_llm(Verdict)
+    asked = [ChatMessage(role="user", content="Grade this: 2+2=4")]
+    assert_grows_to([r.raw for r in structured.stream_chat(asked)], structured.chat(asked).raw)
+
+
+async def test_the_token_counter_sees_the_usage_vllm_reported(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    """For every entry point, LlamaIndex's TokenCountingHandler counts what the two servers
+    reported, summed over both models and every request, the reasoning included."""
+    from llama_index.core.callbacks import CallbackManager, TokenCountingHandler
+
+    counter = TokenCountingHandler()
+    llm = RelayLLM(
+        **qwen_relay_fields(
+            qwen_large,
+            qwen_small,
+            request_hook=forcing(TRACE),
+            callback_manager=CallbackManager([counter]),
+        )
+    )
+    prompt = "What is 2 + 2?"
+    last_responses = [
+        llm.chat(QUESTION),
+        await llm.achat(QUESTION),
+        list(llm.stream_chat(QUESTION))[-1],
+        [r async for r in await llm.astream_chat(QUESTION)][-1],
+        llm.complete(prompt),
+        await llm.acomplete(prompt),
+        list(llm.stream_complete(prompt))[-1],
+        [r async for r in await llm.astream_complete(prompt)][-1],
+    ]
+    assert len(counter.llm_token_counts) == len(last_responses)  # one event per call
+    for event, response in zip(counter.llm_token_counts, last_responses, strict=True):
+        per_model = response.additional_kwargs["relay"]["usage"]  # as vLLM reported each
+        assert set(per_model) == {"large", "small"}
+        assert event.prompt_token_count == sum(u["prompt_tokens"] for u in per_model.values())
+        assert event.completion_token_count == sum(
+            u["completion_tokens"] for u in per_model.values()
+        )
+        assert 0 < response.additional_kwargs["reasoning_tokens"] < event.completion_token_count
