@@ -20,7 +20,6 @@ from .errors import (
     InvalidChatError,
     RelayError,
     RenderError,
-    ServerSetupError,
 )
 from .reasoning import PromptReasoning, split_reasoning
 from .rendering import (
@@ -73,7 +72,6 @@ __all__ = [
     "Segment",
     "SegmentDone",
     "ServerChatTemplate",
-    "ServerSetupError",
     "SwitchPolicy",
     "TextDelta",
     "builtin_artifact_names",

@@ -21,10 +21,6 @@ class CueArtifactError(RelayError, ValueError):
         self.reason = reason
 
 
-class ServerSetupError(RelayError):
-    """A server is reachable but not set up the way the relay needs; says what to change."""
-
-
 class RenderError(RelayError):
     """The chat messages could not be turned into a prompt."""
 

@@ -46,7 +46,8 @@ class RelayChatModel(RelaySettings, BaseChatModel):
     writes the answer. Both are vLLM OpenAI-compatible servers.
 
     Setup:
-        Serve both models with vLLM (``VLLM_MAX_STOP_STRINGS=1024 vllm serve ...``), then
+        Serve both models with vLLM (``VLLM_MAX_STOP_STRINGS=1024 vllm serve ...`` is
+        best; a stock server works too), then
         ``pip install relay-integrations``. Unset fields come from ``RELAY_LARGE__BASE_URL``,
         ``RELAY_LARGE__MODEL``, ``RELAY_SMALL__BASE_URL``, ``RELAY_SMALL__MODEL``,
         ``RELAY_CUES`` and ``RELAY_API_KEY``.

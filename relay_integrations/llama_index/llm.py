@@ -59,7 +59,8 @@ logger = logging.getLogger(__name__)
 class RelayLLM(RelaySettings, FunctionCallingLLM):
     """A large reasoning model and a small one, switching inside each generation (RelayGen).
 
-    Setup: serve both models with vLLM (``VLLM_MAX_STOP_STRINGS=1024 vllm serve ...``).
+    Setup: serve both models with vLLM (``VLLM_MAX_STOP_STRINGS=1024 vllm serve ...`` is best;
+    a stock server works too).
     Unset fields come from ``RELAY_LARGE__BASE_URL``, ``RELAY_LARGE__MODEL``,
     ``RELAY_SMALL__BASE_URL``, ``RELAY_SMALL__MODEL``, ``RELAY_CUES`` and ``RELAY_API_KEY``::
 
