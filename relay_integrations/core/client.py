@@ -19,9 +19,9 @@ import asyncio
 import contextlib
 import weakref
 from collections.abc import AsyncIterator, Coroutine, Generator
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
-from .chat import ChatEvent, ChatRequest, ChatResponse, stream_chat
+from .chat import ChatEvent, ChatRequest, ChatResponse, ToolCallChunk, stream_chat
 from .config import RelayConfig
 from .cues import CueSet
 from .rendering import PromptRenderer
@@ -56,9 +56,22 @@ class RelayClient:
             self._switchers[loop] = switcher
         return switcher
 
-    def stream(self, request: ChatRequest) -> AsyncIterator[ChatEvent]:
-        """One chat turn, streamed (see :func:`~relay_integrations.core.chat.stream_chat`)."""
-        return stream_chat(self.switcher(), request)
+    @overload
+    def stream(
+        self, request: ChatRequest, *, partial_calls: Literal[False] = False
+    ) -> AsyncIterator[ChatEvent]: ...
+
+    @overload
+    def stream(
+        self, request: ChatRequest, *, partial_calls: bool
+    ) -> AsyncIterator[ChatEvent | ToolCallChunk]: ...
+
+    def stream(
+        self, request: ChatRequest, *, partial_calls: bool = False
+    ) -> AsyncIterator[ChatEvent | ToolCallChunk]:
+        """One chat turn, streamed (see :func:`~relay_integrations.core.chat.stream_chat`;
+        ``partial_calls`` streams a forced call while it is written)."""
+        return stream_chat(self.switcher(), request, partial_calls=partial_calls)
 
     async def respond(self, request: ChatRequest) -> ChatResponse:
         """One chat turn, to its end."""

@@ -41,7 +41,6 @@ from ..core.chat import (
     ToolCallChunk,
     ToolCallDelta,
     normalize_tool_choice,
-    stream_chat,
 )
 from ..core.chat import ChatResponse as RelayResponse
 from ..core.constraints import with_strict
@@ -189,8 +188,7 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
         reasoning, content = "", ""
         calls: dict[int, ToolCall | PartialToolCall] = {}
         partial = PartialCalls()
-        events = stream_chat(self._client.switcher(), request, partial_calls=True)
-        async for event in events:
+        async for event in self._client.stream(request, partial_calls=True):
             if isinstance(event, RelayResponse):
                 yield convert.chat_response(event, self.model_name, delta="")
                 return

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from langchain.agents.structured_output import ProviderStrategy, ToolStrategy
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage
 from langchain_core.rate_limiters import InMemoryRateLimiter
@@ -219,6 +220,43 @@ def usage_on_last_chunk(chunks: list[Any], server: ScriptedVLLM) -> None:
 
 
 WEATHER = "What is the weather in Paris? Use a tool."
+PARIS = 2_102_650
+
+
+class Population(BaseModel):
+    """The population of a city."""
+
+    city: str
+    population: int
+
+
+def get_population(city: str) -> int:
+    """The population of a city."""
+    return PARIS
+
+
+def agent(response_format: Callable[[], Any]) -> Callable[[RelayChatModel], Any]:
+    def action(model: RelayChatModel) -> Any:
+        from langchain.agents import create_agent
+
+        built: Any = create_agent(model, tools=[get_population], response_format=response_format())
+        return built.invoke({"messages": [("user", "Use get_population for Paris.")]})
+
+    return action
+
+
+def agent_answered(state: dict[str, Any], server: ScriptedVLLM) -> None:
+    """The tool was called, and the structured answer carries its result."""
+    calls = [c["name"] for m in state["messages"] if isinstance(m, AIMessage) for c in m.tool_calls]
+    assert calls[0] == "get_population"
+    assert state["structured_response"] == Population(city="Paris", population=PARIS)
+
+
+def strict_call_grammar(message: AIMessage, server: ScriptedVLLM) -> None:
+    """The answer request held each <tool_call> block to the tool's schema."""
+    constrained = [b["structured_outputs"] for b in bodies(server) if "structured_outputs" in b]
+    assert constrained and all("structural_tag" in c for c in constrained)
+
 
 LANGCHAIN: list[Habit] = [
     # constructor fields
@@ -443,6 +481,30 @@ LANGCHAIN: list[Habit] = [
         {},
         lambda m: m.bind_tools([get_weather], parallel_tool_calls=False).invoke(WEATHER),
         tool_calls("get_weather"),
+    ),
+    Habit(
+        "bind_tools([f], strict=True)",
+        {},
+        lambda m: m.bind_tools([get_weather], strict=True).invoke(WEATHER),
+        both(tool_calls("get_weather"), strict_call_grammar),
+    ),
+    Habit(
+        "create_agent(tools, response_format=Schema)",
+        {},
+        agent(lambda: Population),
+        agent_answered,
+    ),
+    Habit(
+        "create_agent(..., response_format=ProviderStrategy(Schema))",
+        {},
+        agent(lambda: ProviderStrategy(Population)),
+        agent_answered,
+    ),
+    Habit(
+        "create_agent(..., response_format=ToolStrategy(Schema))",
+        {},
+        agent(lambda: ToolStrategy(Population)),
+        agent_answered,
     ),
     Habit(
         "with_structured_output(Schema)",
