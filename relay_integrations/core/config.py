@@ -239,8 +239,9 @@ class RelayConfig(_Frozen):
         Nested fields use a double underscore: ``RELAY_LARGE__BASE_URL``,
         ``RELAY_SMALL__MODEL``, ``RELAY_SAMPLING__MAX_TOKENS``, ``RELAY_POLICY__ANSWER_MODEL``.
         Values that are lists or dicts are JSON (``RELAY_LARGE__EXTRA_HEADERS='{"a": "b"}'``);
-        ``RELAY_CUES`` may also be a JSON list of cues. Keyword overrides win over the
-        environment.
+        ``RELAY_CUES`` may also be a JSON list of cues; ``RELAY_API_KEY`` is the key of both
+        servers unless ``RELAY_LARGE__API_KEY`` / ``RELAY_SMALL__API_KEY`` say otherwise.
+        Keyword overrides win over the environment.
         """
         return cls.model_validate({**cls.env_values(prefix, environ), **overrides})
 
@@ -261,6 +262,10 @@ class RelayConfig(_Frozen):
             for part in path[:-1]:
                 target = target.setdefault(part, {})
             target[path[-1]] = _parse_env_value(raw)
+        shared_key = env.get(prefix + "API_KEY")
+        if shared_key:
+            for role in ("large", "small"):
+                data.setdefault(role, {}).setdefault("api_key", shared_key)
         return data
 
 

@@ -354,8 +354,12 @@ class RelaySettings(BaseModel):
         )
 
     def _build_config(self) -> RelayConfig:
-        data = RelayConfig.env_values()
+        data = RelayConfig.env_values()  # RELAY_API_KEY already under each endpoint there
         given = {name: getattr(self, name) for name in self.model_fields_set}
+        if self.api_key is not None and (
+            self.api_key.get_secret_value() == os.environ.get("RELAY_API_KEY")
+        ):
+            del given["api_key"]  # from RELAY_API_KEY: RELAY_LARGE__API_KEY still wins over it
         for role in ("large", "small"):
             endpoint = data.setdefault(role, {})
             for name, key in _SHARED_ENDPOINT_FIELDS.items():

@@ -256,3 +256,19 @@ async def test_stream_usage_false_leaves_usage_off_the_stream(server: ScriptedVL
     per_call = [c async for c in RelayChatModel(**fields).astream("Hi", stream_usage=False)]
     assert sum(c.usage_metadata is not None for c in with_usage) == 1
     assert all(c.usage_metadata is None for c in without + per_call)
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_relay_api_key_is_both_servers_key_unless_one_has_its_own(
+    adapter: type[RelaySettings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from relay_integrations.core import RelayConfig
+
+    for name, value in ENVIRONMENT.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("RELAY_API_KEY", "shared-key")
+    for config in (adapter.from_env().relay_config(), RelayConfig.from_env()):
+        assert config.large.api_key == SecretStr("shared-key")
+        assert config.small.api_key == SecretStr("small-key")  # RELAY_SMALL__API_KEY
+    explicit = adapter.from_env(api_key="mine").relay_config()
+    assert explicit.large.api_key == explicit.small.api_key == SecretStr("mine")
