@@ -21,9 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..core.config import ReasoningMarkers, SamplingConfig, SamplingOverrides
+from ..core.config import CONTEXT_MARGIN, ReasoningMarkers, SamplingConfig, SamplingOverrides
 from ..core.endpoint import CompletionRequest, Endpoint
-from ..core.generation import CONTEXT_MARGIN
 from ..core.reasoning import PromptReasoning, split_reasoning
 from ..core.rendering import ChatInput, PromptRenderer
 from ..progress import Progress

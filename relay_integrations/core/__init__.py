@@ -15,6 +15,7 @@ from .config import (
 )
 from .cues import CueMatch, CueSet
 from .errors import (
+    ContextOverflowError,
     CueArtifactError,
     EndpointError,
     InvalidChatError,
@@ -44,6 +45,7 @@ from .switcher import RelaySwitcher
 
 __all__ = [
     "ChatInput",
+    "ContextOverflowError",
     "CueArtifact",
     "CueArtifactError",
     "CueMatch",

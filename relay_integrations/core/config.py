@@ -26,6 +26,9 @@ from .habits import check_extra_body
 
 ModelRole = Literal["large", "small"]
 
+CONTEXT_MARGIN = 16
+"""Tokens kept free below a context window: text re-tokenized across models may grow."""
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .config import CONTEXT_MARGIN, ModelRole
+
 if TYPE_CHECKING:
     from .result import RelayResult
 
@@ -27,6 +29,33 @@ class RenderError(RelayError):
 
 class InvalidChatError(RenderError):
     """The server's chat template refused these messages or tools (the caller's to fix)."""
+
+
+class ContextOverflowError(RelayError, ValueError):
+    """The prompt does not fit a model's context window with room to write, found before the
+    first token. Names every model's prompt tokens and window::
+
+        except ContextOverflowError as exc:
+            exc.prompt_tokens   # {"large": 5120, "small": 5188}
+            exc.windows         # {"large": 4096, "small": 4096}
+
+    Retrieve less, trim the history, or serve the models with a longer ``--max-model-len``.
+    A token budget larger than the window leaves is not an error: the relay writes what fits
+    and ends with ``finish_reason`` "length".
+    """
+
+    def __init__(self, prompt_tokens: dict[ModelRole, int], windows: dict[ModelRole, int]) -> None:
+        over = ", ".join(
+            f"{role} model {prompt_tokens[role]} tokens, window {windows[role]}"
+            for role in prompt_tokens
+        )
+        super().__init__(
+            f"the prompt does not fit the context window with room to write ({over}; the "
+            f"relay keeps {CONTEXT_MARGIN} tokens of margin): shorten the messages, or serve "
+            "the models with a longer --max-model-len"
+        )
+        self.prompt_tokens = prompt_tokens
+        self.windows = windows
 
 
 class EndpointError(RelayError):

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config import ModelRole, RelayConfig, SamplingConfig
+from .config import CONTEXT_MARGIN, ModelRole, RelayConfig, SamplingConfig
 from .endpoint import CompletionRequest, Endpoint, StreamInterrupted, UpstreamFailure
 from .reasoning import PromptReasoning, Releaser, split_reasoning, starts_with
 from .rendering import RenderedPrompt
@@ -27,9 +27,6 @@ from .result import (
     SegmentEnd,
     TextDelta,
 )
-
-CONTEXT_MARGIN = 16
-"""Tokens kept free below the context window: text re-tokenized across models may grow."""
 
 RequestHook = Callable[[ModelRole, Phase, str], Mapping[str, Any]]
 """Extra request fields per request, from (model, phase, transcript so far)."""

@@ -27,10 +27,10 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
-from .config import ModelRole, RelayConfig, SamplingConfig
+from .config import CONTEXT_MARGIN, ModelRole, RelayConfig, SamplingConfig
 from .cues import CueSet
 from .endpoint import Endpoint, UpstreamFailure
-from .errors import CueArtifactError, EndpointError
+from .errors import ContextOverflowError, CueArtifactError, EndpointError
 from .generation import Decide, Generation, RequestEnd, RequestHook
 from .reasoning import PromptReasoning
 from .rendering import ChatInput, Message, PromptRenderer, RenderedPrompt, ServerChatTemplate
@@ -128,6 +128,7 @@ class RelaySwitcher:
             if isinstance(outcome, BaseException):
                 raise outcome
             prepared[role] = outcome
+        _check_fits(prepared)
         run = Generation(
             generation_id=generation_id or f"relay-{uuid.uuid4().hex}",
             config=self.config,
@@ -283,3 +284,12 @@ class RelaySwitcher:
                     "allow_model_mismatch=True to use it anyway.",
                 )
         return await self.renderer.render(endpoint, chat), info.max_model_len
+
+
+def _check_fits(prepared: Mapping[ModelRole, tuple[RenderedPrompt, int | None]]) -> None:
+    """Refuse, before the first token, a prompt that leaves a model no room to write (both
+    models are named, so the error says how far each is over)."""
+    counts = {r: p.token_count for r, (p, w) in prepared.items() if p.token_count and w}
+    windows = {r: w for r, (p, w) in prepared.items() if p.token_count and w}
+    if any(counts[r] + CONTEXT_MARGIN >= windows[r] for r in counts):
+        raise ContextOverflowError(counts, windows)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from operator import itemgetter
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.exceptions import ContextOverflowError
 from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
 from langchain_core.language_models.model_profile import ModelProfile
 from langchain_core.messages import AIMessage, BaseMessage
@@ -32,10 +33,35 @@ from ..core.chat import (
     ResponseFormat,
     normalize_tool_choice,
 )
+from ..core.errors import ContextOverflowError as CoreContextOverflowError
 from ..core.settings import RelaySettings
 from . import messages as convert
 
 StructuredOutputMethod = Literal["function_calling", "json_schema", "json_mode"]
+T = TypeVar("T")
+
+
+class RelayContextOverflowError(ContextOverflowError, CoreContextOverflowError):
+    """The prompt does not fit a model's window: LangChain's ``ContextOverflowError`` (so
+    ``with_fallbacks`` and retry logic can tell it apart) and the core's (with
+    ``prompt_tokens`` and ``windows`` per model)."""
+
+    def __init__(self, overflow: CoreContextOverflowError) -> None:
+        CoreContextOverflowError.__init__(self, overflow.prompt_tokens, overflow.windows)
+
+
+async def _as_langchain_errors(events: AsyncIterator[T]) -> AsyncIterator[T]:
+    """`events`, with the core's context overflow raised as LangChain's; leaving early closes
+    `events` at once (and so its upstream requests)."""
+    try:
+        async for event in events:
+            yield event
+    except CoreContextOverflowError as overflow:
+        raise RelayContextOverflowError(overflow) from overflow
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 class RelayChatModel(RelaySettings, BaseChatModel):
@@ -181,7 +207,7 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         stream_usage = kwargs.pop("stream_usage", None)
         with_usage = self.stream_usage if stream_usage is None else bool(stream_usage)
         request = self._request(messages, stop, kwargs)
-        async for event in self._client.stream(request):
+        async for event in _as_langchain_errors(self._client.stream(request)):
             if isinstance(event, ChatResponse):
                 chunk = convert.final_chunk(event, self.model_name, with_usage=with_usage)
             else:
@@ -198,7 +224,10 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        response = await self._client.respond(self._request(messages, stop, kwargs))
+        try:
+            response = await self._client.respond(self._request(messages, stop, kwargs))
+        except CoreContextOverflowError as overflow:
+            raise RelayContextOverflowError(overflow) from overflow
         message = convert.message(response, self.model_name)
         info = {"finish_reason": response.finish_reason}
         return ChatResult(generations=[ChatGeneration(message=message, generation_info=info)])

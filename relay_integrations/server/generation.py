@@ -22,7 +22,12 @@ import openai
 from starlette.types import Receive, Scope, Send
 
 from ..core.chat import ChatRequest, ChatResponse, stream_chat
-from ..core.errors import CueArtifactError, EndpointError, InvalidChatError
+from ..core.errors import (
+    ContextOverflowError,
+    CueArtifactError,
+    EndpointError,
+    InvalidChatError,
+)
 from ..core.result import RelayResult
 from .errors import ApiError
 from .logs import log
@@ -146,6 +151,8 @@ def upstream_error(failure: Exception) -> ApiError:
     """The status and message a client gets for a failure of the relay or its upstreams."""
     if isinstance(failure, InvalidChatError):
         return ApiError(400, str(failure), param="messages", code="invalid_chat")
+    if isinstance(failure, ContextOverflowError):  # as OpenAI and vLLM name it
+        return ApiError(400, str(failure), param="messages", code="context_length_exceeded")
     if isinstance(failure, CueArtifactError):
         return ApiError(500, f"relay misconfigured: {failure}", code="relay_misconfigured")
     if isinstance(failure, EndpointError):

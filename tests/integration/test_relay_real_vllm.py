@@ -27,7 +27,7 @@ from relay_integrations.core import (
     SwitchPolicy,
     TextDelta,
 )
-from relay_integrations.core.generation import CONTEXT_MARGIN
+from relay_integrations.core.config import CONTEXT_MARGIN
 from relay_integrations.testing import forcing, regex_literal
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.fakes.tcp_table import established

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from relay_integrations.core import (
+    ContextOverflowError,
     CueSet,
     EndpointConfig,
     EndpointError,
@@ -20,7 +21,7 @@ from relay_integrations.core import (
     SwitchPolicy,
     TextDelta,
 )
-from relay_integrations.core.generation import CONTEXT_MARGIN
+from relay_integrations.core.config import CONTEXT_MARGIN
 from tests.fakes.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM, render_chat, tokenize
 
 TRACE = (
@@ -445,3 +446,12 @@ async def test_a_model_answering_without_reasoning_may_use_the_answer_reserve() 
     assert result.reasoning == "" and result.finish_reason == "length"
     assert result.usage["large"].completion_tokens == 60  # not 60 - 12
     assert [r["max_tokens"] for r in large.requests] == [48, 12]
+
+
+async def test_a_prompt_over_a_window_is_refused_before_any_completion() -> None:
+    large = ScriptedModel("large", TRACE, max_model_len=4096)
+    small = ScriptedModel("small", TRACE, max_model_len=24)  # the small window is the short one
+    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
+        with pytest.raises(ContextOverflowError, match="small model 32 tokens, window 24"):
+            await relay.generate(MESSAGES)
+    assert not large.requests and not small.requests  # rendered (POST /tokenize), never sent
