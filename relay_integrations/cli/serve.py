@@ -45,6 +45,12 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--max-messages", type=int)
     parser.add_argument("--max-tokens-limit", type=int, help="largest max_tokens a client may ask")
     parser.add_argument(
+        "--max-stop-strings", type=int, help="stop strings a request may send (default 4)"
+    )
+    parser.add_argument(
+        "--max-stop-length", type=int, help="characters per stop string (default 256)"
+    )
+    parser.add_argument(
         "--shutdown-timeout", type=int, help="seconds in-flight streams get at shutdown"
     )
     parser.add_argument(
@@ -76,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
         "max_body_bytes",
         "max_messages",
         "max_tokens_limit",
+        "max_stop_strings",
+        "max_stop_length",
         "shutdown_timeout",
         "keep_alive_timeout",
         "log_format",

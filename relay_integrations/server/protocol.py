@@ -7,13 +7,16 @@ becomes a 400 that names the field and says what to send instead::
     request = ChatCompletionRequest.of(body, limits)
     turn = request.chat_request(defaults, generation_id="chatcmpl-...")
 
-Unknown fields are ignored, as OpenAI-compatible servers do; fields that would change what the
-client gets back and that the relay cannot honour (``n > 1``, ``logprobs``) are refused.
+Fields that would change what the client gets back and that the relay cannot honour
+(``n > 1``, ``logprobs``, ``reasoning_effort``, ...) are refused with the reason, and so is any
+unknown field: only hints that cannot change the answer (``user``, ``metadata``) are dropped
+(:mod:`.fields`; the table is in docs/deployment.md).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -40,14 +43,25 @@ from ..core.config import (
 from ..core.generation import RequestHook
 from ..core.habits import REFUSED_FIELDS
 from .errors import ApiError
+from .fields import IGNORED_FIELDS, refuse_field
 from .settings import ServerSettings
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MAX_JSON_DEPTH = 64
+"""Containers inside containers a body may nest (a tool's JSON schema ~25 levels deep fits);
+deeper bodies are refused before anything walks them recursively."""
+MAX_NUMBER_DIGITS = 100
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+INT64 = 2**63
 
 
 class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     include_usage: StrictBool = False
+    # OpenAI pads chunks against side channels; padding cannot change the text (ignored).
+    include_obfuscation: StrictBool | None = None
 
 
 class _Function(BaseModel):
@@ -76,6 +90,15 @@ class Tool(BaseModel):
     function: _Function
 
 
+class _FunctionName(BaseModel):
+    name: str
+
+
+class _NamedToolChoice(BaseModel):
+    type: Literal["function"]
+    function: _FunctionName
+
+
 class _JsonSchema(BaseModel):
     name: str = "response"
     schema_: dict[str, Any] = Field(alias="schema")
@@ -90,7 +113,7 @@ class _ResponseFormat(BaseModel):
 class ChatCompletionRequest(BaseModel):
     """The fields of an OpenAI chat completion request that the relay reads."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")  # `of` refuses or drops the others first
 
     model: str
     messages: list[dict[str, Any]]
@@ -105,13 +128,13 @@ class ChatCompletionRequest(BaseModel):
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     repetition_penalty: RepetitionPenalty | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-INT64, lt=INT64)  # vLLM's: a 64-bit integer
     logit_bias: dict[str, float] | None = None
     stop: str | list[str] | None = None
     n: int = 1
     logprobs: bool | None = None
     tools: list[Tool] | None = None
-    tool_choice: Literal["auto", "none", "required"] | dict[str, Any] | None = None
+    tool_choice: Literal["auto", "none", "required"] | _NamedToolChoice | None = None
     parallel_tool_calls: StrictBool = True
     response_format: _ResponseFormat | None = None
     chat_template_kwargs: dict[str, Any] | None = None
@@ -121,6 +144,10 @@ class ChatCompletionRequest(BaseModel):
         """Validate a parsed body; every problem is a 400 naming its field."""
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object")
+        body = {name: value for name, value in body.items() if name not in IGNORED_FIELDS}
+        for name, value in body.items():
+            if name not in cls.model_fields:
+                refuse_field(name, value, accepted=[*cls.model_fields, *IGNORED_FIELDS])
         try:
             request = cls.model_validate(body)
         except ValidationError as invalid:
@@ -140,9 +167,19 @@ class ChatCompletionRequest(BaseModel):
                 400, f"n is {self.n}; the relay writes one choice per request", param="n"
             )
         if self.logprobs:
-            raise ApiError(400, "logprobs are not available through the relay", param="logprobs")
+            raise ApiError(
+                400,
+                f"logprobs are not available through the relay: {REFUSED_FIELDS['logprobs']}",
+                param="logprobs",
+                code="unsupported_parameter",
+            )
         if self.logit_bias:
-            raise ApiError(400, f"logit_bias: {REFUSED_FIELDS['logit_bias']}", param="logit_bias")
+            raise ApiError(
+                400,
+                f"logit_bias: {REFUSED_FIELDS['logit_bias']}",
+                param="logit_bias",
+                code="unsupported_parameter",
+            )
         if not self.messages:
             raise ApiError(400, "messages must hold at least one message", param="messages")
         if len(self.messages) > limits.max_messages:
@@ -162,6 +199,7 @@ class ChatCompletionRequest(BaseModel):
             )
         for index, message in enumerate(self.messages):
             check_message(index, message)
+        self._check_stop(limits)
         if self.tool_choice not in (None, "auto", "none") and not self.tools:
             raise ApiError(400, "tool_choice needs tools", param="tool_choice")
         answer_format = self.response_format
@@ -172,6 +210,27 @@ class ChatCompletionRequest(BaseModel):
                 '({"name": ..., "schema": {...}})',
                 param="response_format.json_schema",
             )
+
+    def _check_stop(self, limits: ServerSettings) -> None:
+        stops = [self.stop] if isinstance(self.stop, str) else self.stop or []
+        if len(stops) > limits.max_stop_strings:
+            raise ApiError(
+                400,
+                f"stop holds {len(stops)} strings; this server takes at most "
+                f"{limits.max_stop_strings}",
+                param="stop",
+            )
+        for index, stop in enumerate(stops):
+            where = "stop" if isinstance(self.stop, str) else f"stop[{index}]"
+            if not stop:
+                raise ApiError(400, f"{where} is empty; a stop string has text", param="stop")
+            if len(stop) > limits.max_stop_length:
+                raise ApiError(
+                    400,
+                    f"{where} is {len(stop)} characters long; this server takes stop strings "
+                    f"of at most {limits.max_stop_length}",
+                    param="stop",
+                )
 
     def chat_request(
         self,
@@ -189,11 +248,13 @@ class ChatCompletionRequest(BaseModel):
         sampling = defaults.model_copy(update={k: v for k, v in overrides.items() if v is not None})
         stop: Sequence[str] = [self.stop] if isinstance(self.stop, str) else (self.stop or ())
         tools = [t.model_dump(exclude_none=True, by_alias=True) for t in self.tools or ()]
+        choice = self.tool_choice
+        tool_choice = choice.model_dump() if isinstance(choice, _NamedToolChoice) else choice
         try:
             return ChatRequest(
                 messages=[relay_message(m) for m in self.messages],
                 tools=tools,
-                tool_choice=normalize_tool_choice(self.tool_choice),
+                tool_choice=normalize_tool_choice(tool_choice),
                 parallel_tool_calls=self.parallel_tool_calls,
                 response_format=self._format(),
                 stop=stop,
@@ -215,12 +276,98 @@ class ChatCompletionRequest(BaseModel):
         return JsonSchemaFormat(response_format.json_schema.schema_)
 
 
+class _BadNumber(ValueError):
+    """A JSON number the relay cannot carry (raised from json.loads' number hooks)."""
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_NUMBER_DIGITS:
+        raise _BadNumber(f"a number has more than {MAX_NUMBER_DIGITS} digits")
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise _BadNumber(f"the number {text[:40]} is too large for a float")
+    return number
+
+
+def _parse_constant(name: str) -> float:
+    raise _BadNumber(f"{name} is not a JSON number")
+
+
 def parse_body(raw: bytes) -> Any:
-    """The JSON of a request body, or a 400 that says where it is malformed."""
+    """The JSON of a request body, or a 400 that says where it is malformed.
+
+    Stricter than :func:`json.loads`: no ``NaN``/``Infinity``, no numbers beyond a float or
+    longer than 100 digits, no lone UTF-16 surrogates (``"\\ud800"``: valid JSON escapes, but
+    no UTF-8 text can carry them upstream), and no nesting deeper than ``MAX_JSON_DEPTH``.
+    """
     try:
-        return json.loads(raw)
+        body = json.loads(
+            raw,
+            parse_int=_parse_int,
+            parse_float=_parse_float,
+            parse_constant=_parse_constant,
+        )
+    except RecursionError:
+        raise ApiError(400, _too_deep("the body")) from None
+    except _BadNumber as bad:
+        raise ApiError(400, f"the request body is not valid JSON: {bad}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as malformed:
         raise ApiError(400, f"the request body is not valid JSON: {malformed}") from None
+    _check_json(body)
+    return body
+
+
+def _too_deep(where: str) -> str:
+    return f"the request body nests JSON deeper than {MAX_JSON_DEPTH} levels (at {where})"
+
+
+def _check_json(body: Any) -> None:
+    """Refuse nesting past MAX_JSON_DEPTH and strings with lone surrogates, naming where.
+
+    One pass without recursion; only containers are pushed, so a long flat array costs one
+    type check per item.
+    """
+    if isinstance(body, str) and _SURROGATE.search(body):
+        raise _surrogate("the body", "body")
+    if not isinstance(body, dict | list):
+        return
+    stack: list[tuple[Any, int, tuple[str | int, ...]]] = [(body, 1, ())]
+    while stack:
+        value, depth, path = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise ApiError(400, _too_deep(_where(path)), param=_where(path))
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(key, str) and not key.isascii() and _SURROGATE.search(key):
+                raise _surrogate(f"a key of {_where(path)}", _where(path))
+            if isinstance(item, str):
+                if not item.isascii() and _SURROGATE.search(item):
+                    where = _where((*path, key))
+                    raise _surrogate(where, where)
+            elif isinstance(item, dict | list):
+                stack.append((item, depth + 1, (*path, key)))
+
+
+def _surrogate(what: str, param: str) -> ApiError:
+    return ApiError(
+        400,
+        f"{what} holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape); strings "
+        "must be valid Unicode",
+        param=param,
+    )
+
+
+def _where(path: Sequence[str | int]) -> str:
+    """A JSON path as the errors name fields: ``messages[0].content``; ``body`` for the top."""
+    text = ""
+    for part in path:
+        name = part if isinstance(part, int) or len(part) <= 64 else part[:64] + "..."
+        text += f"[{name}]" if isinstance(name, int) else (f".{name}" if text else name)
+    return text if len(text) <= 200 else "..." + text[-200:]  # an error message, not an echo
 
 
 def check_message(index: int, message: Any) -> None:

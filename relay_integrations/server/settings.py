@@ -43,6 +43,12 @@ class ServerSettings(BaseModel):
     max_tokens_limit: int = Field(
         default=32768, ge=1, description="The largest max_tokens a request may ask for"
     )
+    max_stop_strings: int = Field(
+        default=4, ge=0, description="Stop strings a request may send (OpenAI's limit: 4)"
+    )
+    max_stop_length: int = Field(
+        default=256, ge=1, description="Characters in each stop string a request sends"
+    )
     shutdown_timeout: int = Field(
         default=30,
         ge=0,
