@@ -143,6 +143,19 @@ def share(g: Generation) -> float:
     return g.completion("large") / total if total else float("nan")
 
 
+SHAPE_RATIOS = {
+    "endpoint stream / raw stream (this client)": ("back_to_back", "raw_stream"),
+    "raw stream / whole (vLLM streaming)": ("raw_stream", "whole"),
+    "continuous usage / raw stream": ("raw_stream_continuous", "raw_stream"),
+    "endpoint stream / whole (all streaming)": ("back_to_back", "whole"),
+}
+
+
+def spread(values: Sequence[float]) -> list[float]:
+    """[median, min, max] of `values`."""
+    return [median(values), min(values), max(values)]
+
+
 def trace_summary(
     gens: Sequence[Generation], mode: str, name: str, penalty: Mapping[str, float]
 ) -> dict[str, Any]:
@@ -179,6 +192,14 @@ def trace_summary(
             ),
             "replay_paused_over_ideal": med(replayed, lambda g: g.replays["paused"] / g.ideal),
             "replays_same_tokens": all(g.replays_same_tokens for g in replayed),
+        }
+    raw = [g for g in replayed if "whole" in g.replays]
+    if raw:
+        kinds = ("back_to_back", "raw_stream", "raw_stream_continuous", "whole")
+        e["replay_shapes"] = {k: median([g.replays[k] for g in raw]) for k in kinds}
+        e["replay_shape_ratios"] = {
+            name: spread([g.replays[a] / g.replays[b] for g in raw])
+            for name, (a, b) in SHAPE_RATIOS.items()
         }
     parts = [breakdown(g, penalty) for g in relay]
     e["relay_breakdown"] = {k: median([p[k] for p in parts]) for k in parts[0]}

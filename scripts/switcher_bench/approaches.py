@@ -34,16 +34,30 @@ from .settings import (
     THINK_END,
 )
 from .traces import Trace
+from .variants import DEFAULT_RELAY, RelayVariant
 
 
 class Relay:
-    """One ``RelaySwitcher`` over the two servers, reused by every run (as in production)."""
+    """One ``RelaySwitcher`` over the two servers, reused by every run (as in production);
+    `variant` changes one thing (the stop-string limit, padding cues), see variants.py."""
 
-    def __init__(self, servers: Mapping[ModelRole, Server]) -> None:
+    def __init__(
+        self, servers: Mapping[ModelRole, Server], variant: RelayVariant = DEFAULT_RELAY
+    ) -> None:
+        self.variant = variant
+        limit = variant.max_stop_strings
         config = RelayConfig(
-            large=EndpointConfig(base_url=servers["large"].url, model=servers["large"].model),
-            small=EndpointConfig(base_url=servers["small"].url, model=servers["small"].model),
-            cues=CUES,
+            large=EndpointConfig(
+                base_url=servers["large"].url,
+                model=servers["large"].model,
+                max_stop_strings=limit,
+            ),
+            small=EndpointConfig(
+                base_url=servers["small"].url,
+                model=servers["small"].model,
+                max_stop_strings=limit,
+            ),
+            cues=[*CUES, *variant.padding_cues()],
             sampling=SamplingConfig(max_tokens=BUDGET, temperature=0.6, top_p=0.95, top_k=20),
             policy=SwitchPolicy(),  # cool-down 5 tokens, like the authors' min_tokens=5
         )
@@ -76,7 +90,7 @@ class Relay:
             self.endpoints["large"].log + self.endpoints["small"].log, key=lambda r: r.sent
         )
         return Generation(
-            "relay",
+            self.variant.name,
             mode,
             trace.name,
             run,
@@ -88,6 +102,7 @@ class Relay:
             switches=result.stats.switches,
             fallbacks=tokens.fallbacks,
             session=session,
+            cuts=sum(r.cut for r in requests),
         )
 
     async def aclose(self) -> None:

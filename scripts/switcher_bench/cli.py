@@ -26,6 +26,7 @@ from .meters import load_average, log, median
 from .report import report
 from .servers import servers_from_env, servers_up
 from .settings import REPO
+from .variants import VARIANTS
 
 
 def machine_facts(argv: Sequence[str]) -> dict[str, Any]:
@@ -98,10 +99,28 @@ def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespac
     parser.add_argument(
         "--skip-client", action="store_true", help="skip step 5 (the scripted upstream)"
     )
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help="relay variants run next to the default relay, comma-separated, of "
+        f"{', '.join(VARIANTS)} (default all; '' for none; see switcher_bench/variants.py)",
+    )
+    parser.add_argument(
+        "--client-stop-limit",
+        type=int,
+        default=1,
+        help="step 5 also fits the client's CPU with this max_stop_strings (stop strings "
+        "found in the stream; default 1: every cue and sentence end); -1 skips it",
+    )
     parser.add_argument("--json", type=Path, help="write every figure to this JSON file")
     parser.add_argument("--plot", type=Path, help="write a PNG plot (needs matplotlib)")
     parser.add_argument("--serve-fake", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown --variants {unknown}; known: {sorted(VARIANTS)}")
+    args.variants = [VARIANTS[n] for n in names]
     args.runs = args.runs if args.runs is not None else (2 if args.quick else 5)
     args.forcing = args.forcing or ("regex" if args.quick else "both")
     args.baseline_runs = (
@@ -152,6 +171,7 @@ def main(script: Path, doc: str | None, argv: Sequence[str] | None = None) -> in
                         per_cell=8 if args.quick else 15,
                         concurrent=args.concurrency,
                         concurrent_runs=args.concurrent_runs,
+                        stop_limit=args.client_stop_limit if args.client_stop_limit >= 0 else None,
                     )
                 )
             finally:

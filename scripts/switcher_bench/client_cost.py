@@ -34,11 +34,25 @@ DEFAULT_LIMIT = EndpointConfig.model_fields["max_concurrency"].default  # 64
 GC_THRESHOLD = 20_000  # a raised first threshold of the collector (Python's default: 700)
 
 
-def fake_switcher(url: str, cues: list[str], concurrency: int = DEFAULT_LIMIT) -> RelaySwitcher:
+def fake_switcher(
+    url: str, cues: list[str], concurrency: int = DEFAULT_LIMIT, stop_limit: int | None = None
+) -> RelaySwitcher:
+    """A relay over the scripted upstream; `stop_limit`: the endpoints' max_stop_strings
+    (the stop strings past it are found in the stream)."""
     return RelaySwitcher(
         RelayConfig(
-            large=EndpointConfig(base_url=url, model="large", max_concurrency=concurrency),
-            small=EndpointConfig(base_url=url, model="small", max_concurrency=concurrency),
+            large=EndpointConfig(
+                base_url=url,
+                model="large",
+                max_concurrency=concurrency,
+                max_stop_strings=stop_limit,
+            ),
+            small=EndpointConfig(
+                base_url=url,
+                model="small",
+                max_concurrency=concurrency,
+                max_stop_strings=stop_limit,
+            ),
             cues=cues,
             policy=SwitchPolicy(cooldown_tokens=0),
         )
@@ -46,11 +60,39 @@ def fake_switcher(url: str, cues: list[str], concurrency: int = DEFAULT_LIMIT) -
 
 
 async def client_costs(
-    url: str, fake_pid: int, rounds: int, per_cell: int, concurrent: int, concurrent_runs: int
+    url: str,
+    fake_pid: int,
+    rounds: int,
+    per_cell: int,
+    concurrent: int,
+    concurrent_runs: int,
+    stop_limit: int | None = None,
 ) -> dict[str, Any]:
+    fit, cell_rows = await cpu_fit(url, rounds, per_cell)
+    out: dict[str, Any] = {"fit": fit, "cells": cell_rows}
+    if stop_limit is not None:
+        log(f"client CPU fit with max_stop_strings={stop_limit} (stops found in the stream)")
+        detection, detection_cells = await cpu_fit(url, rounds, per_cell, stop_limit)
+        out |= {
+            "stop_limit": stop_limit,
+            "fit_detection": detection,
+            "cells_detection": detection_cells,
+        }
+    out["concurrent"] = (
+        await concurrency_levels(url, fake_pid, concurrent, concurrent_runs)
+        if concurrent_runs > 0
+        else []
+    )
+    return out
+
+
+async def cpu_fit(
+    url: str, rounds: int, per_cell: int, stop_limit: int | None = None
+) -> tuple[dict[str, float], list[dict[str, float]]]:
+    """cpu = a*tokens + b*switches + c*generations over 9 cells, by least squares."""
     cue_sets = {2: CAPABLE_CUES, 1: ["Now"], 0: ["Zebra"]}
     lengths = [4, 100, 300]
-    switchers = {k: fake_switcher(url, cues) for k, cues in cue_sets.items()}
+    switchers = {k: fake_switcher(url, cues, stop_limit=stop_limit) for k, cues in cue_sets.items()}
     cells: dict[tuple[int, int], dict[str, float]] = {}
     try:
         for relay in switchers.values():  # warm-up: imports, connections, pydantic
@@ -101,7 +143,12 @@ async def client_costs(
         }
         for c in rows
     ]
+    return fit, cell_rows
 
+
+async def concurrency_levels(
+    url: str, fake_pid: int, concurrent: int, concurrent_runs: int
+) -> list[dict[str, Any]]:
     # (generations, the endpoints' max_concurrency, gc threshold 0 or None for Python's 700)
     variants: list[tuple[int, int, int | None]] = [
         (n, n, None) for n in sorted({n for n in (100, 300) if n < concurrent} | {concurrent})
@@ -126,7 +173,7 @@ async def client_costs(
                 "median": {k: median([float(x[k]) for x in runs]) for k in keys},
             }
         )
-    return {"fit": fit, "cells": cell_rows, "concurrent": by_level}
+    return by_level
 
 
 @contextmanager

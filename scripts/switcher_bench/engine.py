@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import time
 import uuid
 from collections.abc import Mapping
@@ -17,26 +18,59 @@ from relay_integrations.core.endpoint import Endpoint
 
 from .analysis import analyse, ideal_time
 from .approaches import Relay, authors_generate, authors_rendering, large_alone
-from .forcing import forcer, token_rests
+from .forcing import Forcer, TokenForcing, forcer, token_rests
 from .meters import SENT, WRITTEN, CpuMeter, ServerMeter, load_average, log
 from .rates import Extras, measure_extras, measure_handoff, measure_round
 from .recording import Generation, own_counts
-from .replay import replay
+from .replay import RAW_SHAPES, replay, replay_raw
 from .servers import Server, Tokenizer
 from .settings import QUIET, REPLAY_PAUSE
 from .traces import TRACES, Trace, cue_count
+from .variants import DEFAULT_RELAY
 
 
-async def replay_requests(endpoints: Mapping[ModelRole, Endpoint], gen: Generation) -> None:
-    """The relay generation's requests again, back to back and with pauses (see replay.py)."""
+async def replay_requests(
+    endpoints: Mapping[ModelRole, Endpoint],
+    gen: Generation,
+    http: httpx.AsyncClient,
+    servers: Mapping[ModelRole, Server],
+) -> None:
+    """The relay generation's requests again: back to back, with pauses, and back to back
+    through plain httpx in each raw shape (see replay.py)."""
     for kind, pause in (("back_to_back", 0.0), ("paused", REPLAY_PAUSE)):
         again = await replay(endpoints, gen, pause)
         gen.replays[kind] = again.seconds
         gen.replays_same_tokens = gen.replays_same_tokens and again.same_tokens
+    for shape in RAW_SHAPES:
+        raw = await replay_raw(http, servers, gen, shape)
+        gen.replays[shape.name] = raw.seconds
+        gen.replays_same_tokens = gen.replays_same_tokens and raw.same_tokens
     log(
         f"      replayed without the switcher: {gen.replays['back_to_back']:.2f} s back to back, "
-        f"{gen.replays['paused']:.2f} s in requests with {REPLAY_PAUSE} s pauses"
+        f"{gen.replays['paused']:.2f} s in requests with {REPLAY_PAUSE} s pauses; plain httpx: "
+        + ", ".join(f"{s.name} {gen.replays[s.name]:.2f} s" for s in RAW_SHAPES)
     )
+
+
+def overshoot_note(gen: Generation) -> str:
+    past = gen.generated - sum(r.completion_tokens for r in gen.requests)
+    return f"; {gen.cuts} requests closed by the client, vLLM wrote {past} tokens past them"
+
+
+async def warm_up(
+    relay: Relay, served: ServerMeter, trace: Trace, mode: str, force: Forcer, tokens: TokenForcing
+) -> Generation:
+    """The untimed first generation of a relay variant; for a stream mode, with vLLM's token
+    counter settled before and after each request (the overshoot of every closed request)."""
+    if not relay.variant.streams_stops:
+        return await relay.generate(trace, mode, -1, force, tokens)
+    for role, endpoint in relay.endpoints.items():
+        endpoint.settled = functools.partial(served.settled_tokens, role)
+    try:
+        return await relay.generate(trace, mode, -1, force, tokens)
+    finally:
+        for endpoint in relay.endpoints.values():
+            endpoint.settled = None
 
 
 async def real_engine(
@@ -68,14 +102,17 @@ async def real_engine(
         log("1. the cost of starting right after the other server (CPU interference)")
         await measure_handoff(aclients, servers, decode_rest, extras, 3 if args.quick else 8)
 
-        relay = Relay(servers)
-        await relay.start()
+        relays = {v.name: Relay(servers, v) for v in [DEFAULT_RELAY, *args.variants]}
+        for variant in relays.values():
+            await variant.start()
+        relay = relays[DEFAULT_RELAY.name]
         plain = {role: Endpoint(e.config, role) for role, e in relay.endpoints.items()}
         meter = CpuMeter()
         served = ServerMeter(servers, http)
         generations: list[Generation] = []
         rounds: list[dict[str, Any]] = []
-        per_round = len(traces) * 2
+        approaches = [*relays, "authors"]
+        per_round = len(traces) * len(approaches)
         total = len(modes) * (args.runs * per_round + args.baseline_runs * len(traces))
         done = 0
         try:
@@ -83,7 +120,10 @@ async def real_engine(
                 log(f"2-4. {mode} forcing: warm-up, one generation per trace and approach")
                 for trace in traces:
                     force, tokens = forcer(mode, trace, rests[trace.name])
-                    await relay.generate(trace, mode, -1, force, tokens)
+                    for variant in relays.values():
+                        warm = await warm_up(variant, served, trace, mode, force, tokens)
+                        if variant.variant.streams_stops:
+                            generations.append(warm)  # its per-request overshoot
                     await asyncio.to_thread(
                         authors_generate, sclients, trace, mode, -1, force, tokens
                     )
@@ -113,16 +153,18 @@ async def real_engine(
                     )
                     jobs: list[tuple[Trace, str]] = []
                     for i, trace in enumerate(traces):
-                        order = ["relay", "authors"] if (run + i) % 2 == 0 else ["authors", "relay"]
-                        jobs += [(trace, approach) for approach in order]
+                        k = (run + i) % len(approaches)  # each approach in each place in turn
+                        jobs += [(trace, a) for a in approaches[k:] + approaches[:k]]
                     if run < args.baseline_runs:
                         jobs += [(trace, "large_alone") for trace in traces]
                     for trace, approach in jobs:
                         force, tokens = forcer(mode, trace, rests[trace.name])
                         load = load_average()
+                        streams = approach in relays and relays[approach].variant.streams_stops
+                        counted = await served.settled() if streams else None
                         since, before = meter.start(), await served.snapshot()
-                        if approach == "relay":
-                            gen = await relay.generate(trace, mode, run, force, tokens)
+                        if approach in relays:
+                            gen = await relays[approach].generate(trace, mode, run, force, tokens)
                         elif approach == "authors":
                             gen = await asyncio.to_thread(
                                 authors_generate, sclients, trace, mode, run, force, tokens
@@ -137,6 +179,9 @@ async def real_engine(
                         gen.foreign_requests, gen.foreign_tokens = await served.foreign(
                             before, *own_counts(gen.requests)
                         )
+                        if counted is not None:  # untimed: the counters settle after the abort
+                            after = await served.settled()
+                            gen.generated = round(sum(after[r][1] - counted[r][1] for r in servers))
                         generations.append(gen)
                         done += 1
                         log(
@@ -149,11 +194,12 @@ async def real_engine(
                                 else ""
                             )
                             + ("" if gen.text_ok else "  (text differs from the trace)")
+                            + (overshoot_note(gen) if counted is not None else "")
                         )
-                        if approach == "relay":
-                            await replay_requests(plain, gen)
+                        if approach == DEFAULT_RELAY.name:
+                            await replay_requests(plain, gen, http, servers)
         finally:
-            await relay.aclose()
+            await asyncio.gather(*(v.aclose() for v in relays.values()))
             await asyncio.gather(*(e.aclose() for e in plain.values()))
             for c in aclients.values():
                 await c.close()
@@ -162,10 +208,12 @@ async def real_engine(
         log("analysing the requests (minimum prefill: /tokenize)")
         for gen in generations:
             await analyse(gen, toks)
-            ideal_time(gen)
+            if gen.run >= 0:  # a warm-up (per-request overshoot pass) has no round's rates
+                ideal_time(gen)
         rendering = await authors_rendering(toks["large"], traces[0])
     return {
         "modes": modes,
+        "variants": [v.name for v in args.variants],
         "traces": [
             {
                 "name": t.name,

@@ -10,6 +10,7 @@ import numpy as np
 
 from .analysis import example_generation
 from .settings import BLOCK
+from .variants import variant_summary
 
 
 def to_json(
@@ -30,6 +31,7 @@ def to_json(
         "rendering": engine["rendering"],
         "generations": [g.summary() for g in engine["generations"]],
         "client": client,
+        "variants": [asdict(r) for r in variant_summary(engine)],
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import statistics
@@ -19,6 +20,8 @@ from .servers import Server
 from .settings import REPO
 
 _STARTED = time.monotonic()
+SETTLE_PAUSE = 0.5  # seconds between reads of a counter that is settling
+SETTLE_TRIES = 20
 
 
 def log(message: str) -> None:
@@ -107,6 +110,22 @@ class ServerMeter:
                     tokens += float(line.rsplit(" ", 1)[1])
             out[role] = (requests, tokens)
         return out
+
+    async def settled(self) -> dict[str, tuple[float, float]]:
+        """`snapshot` once vLLM's counters have stopped moving (they update late: a request
+        the client closed goes on until the abort reaches the engine)."""
+        now = await self.snapshot()
+        for _ in range(SETTLE_TRIES):
+            await asyncio.sleep(SETTLE_PAUSE)
+            again = await self.snapshot()
+            if again == now:
+                break
+            now = again
+        return now
+
+    async def settled_tokens(self, role: ModelRole) -> float:
+        """One server's generated-token counter, settled (see `settled`)."""
+        return (await self.settled())[role][1]
 
     async def foreign(
         self, since: dict[str, tuple[float, float]], requests: Counter[str], tokens: Counter[str]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,8 @@ class RequestRecord:
     text_tokens: int = 0  # tokens of the returned text in its own (canonical) tokenization
     prompt_mismatch: bool = False  # /tokenize of the prompt disagrees with usage.prompt_tokens
     request: CompletionRequest | None = None  # the relay's request, as sent (for the replay)
+    cut: bool = False  # the client closed it at a stop string past the server's limit
+    generated: int = 0  # vLLM's settled token counter over it (per-request overshoot pass)
 
     @property
     def prefilled(self) -> int:
@@ -57,6 +59,8 @@ class RequestRecord:
             "seconds": None if self.done is None else self.done - self.sent,
             "models_seconds": self.models_seconds,
             "stop_reason": self.stop_reason,
+            "cut": self.cut,
+            "generated": self.generated,
         }
 
 
@@ -71,8 +75,12 @@ class RecordingEndpoint(Endpoint):
         super().__init__(config, role)
         self.log: list[RequestRecord] = []
         self.phase: str = "reasoning"  # set by the request hook just before each request
+        self.settled: Callable[[], Awaitable[float]] | None = None
+        """When set: vLLM's settled token counter, read before and after every request (an
+        untimed pass that measures the overshoot of each request)."""
 
     async def stream_completion(self, request: CompletionRequest) -> AsyncIterator[StreamPiece]:
+        before = await self.settled() if self.settled else 0.0
         record = RequestRecord(
             self.role,
             time.perf_counter(),
@@ -93,6 +101,10 @@ class RecordingEndpoint(Endpoint):
                 record.completion_tokens = piece.completion_tokens
             yield piece
         record.done = time.perf_counter()
+        past_limit = request.stop[self.stop_limit :] if self.stop_limit is not None else ()
+        record.cut = record.stop_reason in past_limit
+        if self.settled:
+            record.generated = round(await self.settled() - before)
 
 
 def own_counts(requests: Sequence[RequestRecord]) -> tuple[Counter[str], Counter[str]]:
@@ -127,6 +139,8 @@ class Generation:
     session: str = ""  # relay: the session id in its prompt (the replay replaces it)
     replays: dict[str, float] = field(default_factory=dict)  # relay: seconds, by kind
     replays_same_tokens: bool = True
+    generated: int = 0  # stream modes: vLLM's settled token counters over it, both servers
+    cuts: int = 0  # stream modes: requests the client closed at a stop string
 
     @property
     def quiet(self) -> bool:
@@ -196,5 +210,7 @@ class Generation:
             "foreign_tokens": self.foreign_tokens,
             "replays": self.replays,
             "replays_same_tokens": self.replays_same_tokens,
+            "generated": self.generated,
+            "cuts": self.cuts,
             "per_request": [r.summary() for r in self.requests],
         }

@@ -8,6 +8,7 @@ from .analysis import example_generation
 from .rates import Extras
 from .recording import Generation
 from .settings import DECODE_SHORT, PREFILL_SHORT, QUIET, REPLAY_PAUSE, RESUME_NEW
+from .variants import report_lines, variant_summary
 
 
 def pct(x: float) -> str:
@@ -145,6 +146,12 @@ def report(
                     )
                 )
             w(f"   relay/back-to-back, median over all runs: {sm['relay_over_replay_median']:.3f}")
+            for name, e in sm["traces"].items():
+                if "replay_shapes" in e:
+                    times = ", ".join(f"{k} {v:.2f} s" for k, v in e["replay_shapes"].items())
+                    w(f"   {name:7} the same requests back to back: {times}")
+                    for label, (mid, lo, hi) in e["replay_shape_ratios"].items():
+                        w(f"           {label}: {mid:.3f} [{lo:.3f}-{hi:.3f}]")
         if sm["ratio_quiet"] is not None:
             w(
                 f"   over the {sm['quiet_runs']} quiet runs only (no other requests on the servers, "
@@ -292,6 +299,15 @@ def report(
             f"{f['cpu_per_generation_ms']:.2f} ms per generation (R^2 {f['r_squared']:.4f}, "
             f"largest residual {100 * f['max_relative_residual']:.1f}%)"
         )
+        if "fit_detection" in client:
+            d = client["fit_detection"]
+            verdict = "MET" if d["cpu_per_token_us"] <= 20 else "MISSED"
+            w(
+                f"   with max_stop_strings={client['stop_limit']} (stops found in the stream): "
+                f"a = {d['cpu_per_token_us']:.1f} us per streamed token (goal <= 20: {verdict}), "
+                f"b = {d['cpu_per_switch_ms']:.2f} ms per switch, c = "
+                f"{d['cpu_per_generation_ms']:.2f} ms per generation (R^2 {d['r_squared']:.4f})"
+            )
         w(
             f"   {'switches':>8} {'tokens':>7} {'requests':>8} {'cpu ms/gen':>10} {'wall ms/gen':>11}"
         )
@@ -358,4 +374,6 @@ def report(
         + ", ".join(f"r = {r}: x{1 / (0.7 / 1.79 + 0.3 / r):.2f}" for r in (3, 4, 6))
         + "; reported x2.20"
     )
+    if engine.get("variants"):
+        lines += report_lines(variant_summary(engine))
     return "\n".join(lines)

@@ -1,0 +1,197 @@
+"""The relay's cue modes and request shapes, side by side on the same traces and servers.
+
+Each variant is the same ``RelaySwitcher`` with one thing changed, run in the same rounds as
+the default relay and the authors' loop (the order rotates by run), so that their wall times
+can be paired by run:
+
+- ``stream1``: ``EndpointConfig(max_stop_strings=1)``: only the end of reasoning goes to vLLM,
+  every cue and sentence end is found in the stream and the request closed there (the mode a
+  stock server gets for a real cue set of ~145 stop strings, where nearly all are past 4);
+- ``stream4``: ``max_stop_strings=4`` as on a stock server; with the benchmark's two cues the
+  first four stops are the ones that fire, so vLLM still stops every request itself and what
+  changes is the shorter stop list and ``continuous_usage_stats``;
+- ``pad145``: the default mode with never-occurring cues added, so the large model's requests
+  carry ~145 stop strings (as the built-in Qwen3 cue set does) instead of 13.
+
+Overshoot: for a request the client closes at a stop string, vLLM keeps generating until the
+abort reaches the engine. Its ``vllm:generation_tokens_total`` counter (read once it has
+stopped moving, as ``settled_count`` in the tests) minus the tokens the relay counted is what
+it wrote past the cue.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .recording import Generation
+
+
+@dataclass(frozen=True)
+class RelayVariant:
+    name: str
+    label: str
+    max_stop_strings: int | None = None
+    padding: int = 0  # never-occurring cues added (10 stop strings each)
+
+    @property
+    def streams_stops(self) -> bool:
+        return self.max_stop_strings is not None
+
+    def padding_cues(self) -> list[str]:
+        return [f"Zq{chr(ord('a') + i)}xv" for i in range(self.padding)]
+
+
+VARIANTS = {
+    v.name: v
+    for v in (
+        RelayVariant("stream1", "max_stop_strings=1 (cues and sentence ends in the stream)", 1),
+        RelayVariant("stream4", "max_stop_strings=4 (a stock server's limit)", 4),
+        RelayVariant("pad145", "~145 stop strings a large request (13 padding cues)", None, 13),
+    )
+}
+DEFAULT_RELAY = RelayVariant("relay", "stop strings (13 a large request, 8 a small one)")
+
+
+@dataclass(frozen=True)
+class Spread:
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread | None:
+        if not values:
+            return None
+        return cls(statistics.median(values), min(values), max(values))
+
+    def __str__(self) -> str:
+        return f"{self.median:.3f} [{self.low:.3f}-{self.high:.3f}]"
+
+
+@dataclass(frozen=True)
+class Overshoot:
+    """Tokens vLLM wrote past a stop string the client found, per closed request."""
+
+    cuts: int  # requests the client closed
+    per_cut: Spread | None  # from the per-request pass (settled before and after each)
+    per_cut_in_runs: Spread | None  # timed runs: a generation's overshoot / its cuts
+    server_stopped_extra: int  # the same for requests vLLM stopped itself (should be 0)
+
+
+@dataclass(frozen=True)
+class VariantRow:
+    approach: str
+    mode: str
+    trace: str
+    runs: int
+    wall: Spread | None
+    over_relay: Spread | None  # this variant's wall / the relay's of the same run
+    authors_over: Spread | None  # the authors' wall / this variant's of the same run
+    same_stops_as_relay: bool  # every run's (model, stop reason) sequence equals the relay's
+    text_ok: bool
+    overshoot: Overshoot | None
+
+
+def _paired(a: Sequence[Generation], b: Sequence[Generation]) -> list[float]:
+    """a.wall / b.wall for the generations of the same run."""
+    walls = {g.run: g.wall for g in b}
+    return [g.wall / walls[g.run] for g in a if g.run in walls]
+
+
+def stops_of(gen: Generation) -> list[tuple[str, str | int | None]]:
+    return [(r.role, r.stop_reason) for r in gen.requests]
+
+
+def overshoot(timed: Sequence[Generation], settled: Sequence[Generation]) -> Overshoot:
+    per_cut = [r.generated - r.completion_tokens for g in settled for r in g.requests if r.cut]
+    stopped = [
+        r.generated - r.completion_tokens
+        for g in settled
+        for r in g.requests
+        if not r.cut and r.generated
+    ]
+    in_runs = [
+        (g.generated - sum(r.completion_tokens for r in g.requests)) / g.cuts
+        for g in timed
+        if g.cuts
+    ]
+    cuts = statistics.median([g.cuts for g in timed]) if timed else 0
+    return Overshoot(
+        round(cuts), Spread.of(per_cut), Spread.of(in_runs), sum(stopped) if stopped else 0
+    )
+
+
+def variant_row(
+    gens: Sequence[Generation], approach: str, mode: str, trace: str, streams: bool
+) -> VariantRow:
+    def of(name: str, run_from: int = 0) -> list[Generation]:
+        return [
+            g
+            for g in gens
+            if g.approach == name and g.mode == mode and g.trace == trace and g.run >= run_from
+        ]
+
+    mine, relay, authors = of(approach), of("relay"), of("authors")
+    relay_stops = {g.run: stops_of(g) for g in relay}
+    settled = [g for g in gens if g.approach == approach and g.mode == mode and g.trace == trace]
+    return VariantRow(
+        approach,
+        mode,
+        trace,
+        len(mine),
+        Spread.of([g.wall for g in mine]),
+        Spread.of(_paired(mine, relay)) if approach != "relay" else None,
+        Spread.of(_paired(authors, mine)),
+        all(stops_of(g) == relay_stops.get(g.run, stops_of(g)) for g in mine),
+        all(g.text_ok for g in mine),
+        overshoot(mine, [g for g in settled if g.run < 0]) if streams else None,
+    )
+
+
+def variant_rows(
+    gens: Sequence[Generation], modes: Sequence[str], traces: Sequence[str], names: Sequence[str]
+) -> list[VariantRow]:
+    streams = {n: VARIANTS[n].streams_stops for n in names if n in VARIANTS}
+    return [
+        variant_row(gens, name, mode, trace, streams.get(name, False))
+        for mode in modes
+        for trace in traces
+        for name in ["relay", *names]
+    ]
+
+
+def variant_summary(engine: Mapping[str, Any]) -> list[VariantRow]:
+    traces = [t["name"] for t in engine["traces"]]
+    return variant_rows(engine["generations"], engine["modes"], traces, engine["variants"])
+
+
+def report_lines(rows: Sequence[VariantRow]) -> list[str]:
+    labels = {DEFAULT_RELAY.name: DEFAULT_RELAY.label} | {n: v.label for n, v in VARIANTS.items()}
+    lines = [
+        "",
+        "6. Cue modes and request shapes, side by side (same rounds; walls paired by run)",
+        *(f"   {name:8} {label}" for name, label in labels.items()),
+        f"   {'forcing':7} {'trace':6} {'approach':8} {'wall s (range)':>22} "
+        f"{'/ relay':>22} {'authors / it':>22} stops text",
+    ]
+    for r in rows:
+        wall = f"{r.wall.median:.2f} [{r.wall.low:.2f}-{r.wall.high:.2f}]" if r.wall else "-"
+        lines.append(
+            f"   {r.mode:7} {r.trace:6} {r.approach:8} {wall:>22} "
+            f"{r.over_relay or '-'!s:>22} {r.authors_over or '-'!s:>22} "
+            f"{'same' if r.same_stops_as_relay else 'DIFF'} {'ok' if r.text_ok else 'DIFF'}"
+        )
+    for r in rows:
+        if r.overshoot is None:
+            continue
+        o = r.overshoot
+        lines.append(
+            f"   overshoot {r.mode} {r.trace} {r.approach}: {o.cuts} requests closed by the "
+            f"client a generation; tokens past the stop per closed request: {o.per_cut or '-'} "
+            f"(settled per request, warm-up), {o.per_cut_in_runs or '-'} (timed runs, per "
+            f"generation / closed requests); requests vLLM stopped: {o.server_stopped_extra} extra"
+        )
+    return lines
