@@ -402,12 +402,39 @@ def check_message(index: int, message: Any) -> None:
         raise ApiError(
             400, f"{where}.content must be a string or a list of text parts", param=where
         )
+    for key in ("name", "tool_call_id", "reasoning", "reasoning_content", "refusal"):
+        if message.get(key) is not None and not isinstance(message[key], str):
+            raise ApiError(400, f"{where}.{key} must be a string", param=f"{where}.{key}")
+    if message.get("tool_calls") is not None:
+        _check_tool_calls(where, message["tool_calls"])
     if role == "tool" and not isinstance(message.get("tool_call_id"), str):
         raise ApiError(
             400,
             f"{where} has role 'tool' but no tool_call_id naming the call it answers",
             param=f"{where}.tool_call_id",
         )
+
+
+def _check_tool_calls(where: str, calls: Any) -> None:
+    """An assistant's earlier calls, as OpenAI writes them (the template renders each)."""
+    if not isinstance(calls, list):
+        raise ApiError(400, f"{where}.tool_calls must be a list", param=f"{where}.tool_calls")
+    for index, call in enumerate(calls):
+        call_where = f"{where}.tool_calls[{index}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if (
+            not isinstance(function, dict)
+            or not isinstance(function.get("name"), str)
+            or not isinstance(function.get("arguments"), str | dict)
+            or not isinstance(call.get("id", ""), str)
+            or call.get("type", "function") != "function"
+        ):
+            raise ApiError(
+                400,
+                f"{call_where} must be {{'id': str, 'type': 'function', 'function': "
+                "{'name': str, 'arguments': a JSON string}}",
+                param=call_where,
+            )
 
 
 def relay_message(message: dict[str, Any]) -> dict[str, Any]:
