@@ -144,14 +144,21 @@ class ChatCompletionRequest(BaseModel):
         """Validate a parsed body; every problem is a 400 naming its field."""
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object")
-        body = {name: value for name, value in body.items() if name not in IGNORED_FIELDS}
+        declared = {}
         for name, value in body.items():
-            if name not in cls.model_fields:
+            if name in cls.model_fields:
+                declared[name] = value
+            elif name not in IGNORED_FIELDS:  # refused, unless set to what asks for nothing
                 refuse_field(name, value, accepted=[*cls.model_fields, *IGNORED_FIELDS])
         try:
-            request = cls.model_validate(body)
+            request = cls.model_validate(declared)
         except ValidationError as invalid:
-            first = invalid.errors()[0]
+            errors = invalid.errors()
+            # a union's branches each fail; the one that got furthest names the problem
+            first = max(
+                (e for e in errors if e["loc"][:1] == errors[0]["loc"][:1]),
+                key=lambda e: len(e["loc"]),
+            )
             param = _param(first["loc"])
             raise ApiError(400, f"{param}: {first['msg']}", param=param) from None
         request._check(limits)
@@ -463,6 +470,8 @@ def _param(location: Sequence[int | str]) -> str:
             parts[-1] += f"[{item}]"
         elif item in ("function-after", "literal", "str", "list", "dict") or "[" in str(item):
             continue  # pydantic's union branch names, not fields of the request
+        elif str(item).lstrip("_")[:1].isupper():
+            continue  # a union branch that is a model (_NamedToolChoice)
         else:
-            parts.append(str(item))
-    return ".".join(parts) or "body"
+            parts.append(str(item)[:64])
+    return ".".join(parts)[:200] or "body"
