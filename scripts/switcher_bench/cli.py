@@ -23,7 +23,7 @@ from .client_cost import client_costs
 from .engine import real_engine
 from .export import plot, to_json
 from .meters import load_average, log, median
-from .report import report
+from .report import client_lines, report
 from .servers import servers_from_env, servers_up
 from .settings import REPO
 from .variants import VARIANTS
@@ -112,6 +112,16 @@ def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespac
         help="step 5 also fits the client's CPU with this max_stop_strings (stop strings "
         "found in the stream; default 1: every cue and sentence end); -1 skips it",
     )
+    parser.add_argument(
+        "--skip-replays",
+        action="store_true",
+        help="do not replay the relay's requests without the switcher (halves step 2's time)",
+    )
+    parser.add_argument(
+        "--client-only",
+        action="store_true",
+        help="only step 5 (the scripted upstream; no vLLM servers needed)",
+    )
     parser.add_argument("--json", type=Path, help="write every figure to this JSON file")
     parser.add_argument("--plot", type=Path, help="write a PNG plot (needs matplotlib)")
     parser.add_argument("--serve-fake", action="store_true", help=argparse.SUPPRESS)
@@ -132,12 +142,39 @@ def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespac
     return args
 
 
+def run_client(script: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Step 5 against the scripted upstream, started as `script` ``--serve-fake``."""
+    log("5. the client's own cost against the scripted upstream (own process)")
+    with tempfile.TemporaryFile() as fake_log:
+        proc, url = scripted_upstream.start([str(script), "--serve-fake"], fake_log)
+        try:
+            return asyncio.run(
+                client_costs(
+                    url,
+                    proc.pid,
+                    rounds=2 if args.quick else 3,
+                    per_cell=8 if args.quick else 15,
+                    concurrent=args.concurrency,
+                    concurrent_runs=args.concurrent_runs,
+                    stop_limit=args.client_stop_limit if args.client_stop_limit >= 0 else None,
+                )
+            )
+        finally:
+            scripted_upstream.stop(proc, grace=10)
+
+
 def main(script: Path, doc: str | None, argv: Sequence[str] | None = None) -> int:
     """The benchmark, run as `script` (it starts itself again with ``--serve-fake``)."""
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(raw, doc)
     if args.serve_fake:
         scripted_upstream.serve(token_delay=0.0, keep=32)
+        return 0
+    if args.client_only:
+        alone = run_client(script, args)
+        print("\n".join(client_lines(alone)))
+        if args.json:
+            args.json.write_text(json.dumps({"client": alone}, indent=1, default=str))
         return 0
     servers = servers_from_env()
     problems = servers_up(servers)
@@ -157,25 +194,7 @@ def main(script: Path, doc: str | None, argv: Sequence[str] | None = None) -> in
     summary = summarize(engine)
     firsts = [g.requests[0].prompt_tokens for g in engine["generations"] if g.approach == "relay"]
     facts["prompt_tokens"] = round(median(firsts)) if firsts else "?"
-    client = None
-    if not args.skip_client:
-        log("5. the client's own cost against the scripted upstream (own process)")
-        with tempfile.TemporaryFile() as fake_log:
-            proc, url = scripted_upstream.start([str(script), "--serve-fake"], fake_log)
-            try:
-                client = asyncio.run(
-                    client_costs(
-                        url,
-                        proc.pid,
-                        rounds=2 if args.quick else 3,
-                        per_cell=8 if args.quick else 15,
-                        concurrent=args.concurrency,
-                        concurrent_runs=args.concurrent_runs,
-                        stop_limit=args.client_stop_limit if args.client_stop_limit >= 0 else None,
-                    )
-                )
-            finally:
-                scripted_upstream.stop(proc, grace=10)
+    client = None if args.skip_client else run_client(script, args)
     facts["load_at_end"] = load_average()
     print(report(facts, engine, summary, client))
     if args.json:

@@ -65,7 +65,7 @@ async def warm_up(
     if not relay.variant.streams_stops:
         return await relay.generate(trace, mode, -1, force, tokens)
     for role, endpoint in relay.endpoints.items():
-        endpoint.settled = functools.partial(served.settled_tokens, role)
+        endpoint.settled = functools.partial(served.settled_counts, role)
     try:
         return await relay.generate(trace, mode, -1, force, tokens)
     finally:
@@ -196,7 +196,7 @@ async def real_engine(
                             + ("" if gen.text_ok else "  (text differs from the trace)")
                             + (overshoot_note(gen) if counted is not None else "")
                         )
-                        if approach == DEFAULT_RELAY.name:
+                        if approach == DEFAULT_RELAY.name and not args.skip_replays:
                             await replay_requests(plain, gen, http, servers)
         finally:
             await asyncio.gather(*(v.aclose() for v in relays.values()))

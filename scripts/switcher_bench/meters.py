@@ -123,9 +123,9 @@ class ServerMeter:
             now = again
         return now
 
-    async def settled_tokens(self, role: ModelRole) -> float:
-        """One server's generated-token counter, settled (see `settled`)."""
-        return (await self.settled())[role][1]
+    async def settled_counts(self, role: ModelRole) -> tuple[float, float]:
+        """One server's (finished requests, generated tokens), settled (see `settled`)."""
+        return (await self.settled())[role]
 
     async def foreign(
         self, since: dict[str, tuple[float, float]], requests: Counter[str], tokens: Counter[str]

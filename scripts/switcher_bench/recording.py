@@ -40,6 +40,7 @@ class RequestRecord:
     request: CompletionRequest | None = None  # the relay's request, as sent (for the replay)
     cut: bool = False  # the client closed it at a stop string past the server's limit
     generated: int = 0  # vLLM's settled token counter over it (per-request overshoot pass)
+    foreign: bool = False  # others' requests finished meanwhile (that pass's figure is void)
 
     @property
     def prefilled(self) -> int:
@@ -61,6 +62,7 @@ class RequestRecord:
             "stop_reason": self.stop_reason,
             "cut": self.cut,
             "generated": self.generated,
+            "foreign": self.foreign,
         }
 
 
@@ -75,12 +77,12 @@ class RecordingEndpoint(Endpoint):
         super().__init__(config, role)
         self.log: list[RequestRecord] = []
         self.phase: str = "reasoning"  # set by the request hook just before each request
-        self.settled: Callable[[], Awaitable[float]] | None = None
-        """When set: vLLM's settled token counter, read before and after every request (an
-        untimed pass that measures the overshoot of each request)."""
+        self.settled: Callable[[], Awaitable[tuple[float, float]]] | None = None
+        """When set: vLLM's settled (finished requests, generated tokens) counters, read
+        before and after every request (an untimed pass that measures each one's overshoot)."""
 
     async def stream_completion(self, request: CompletionRequest) -> AsyncIterator[StreamPiece]:
-        before = await self.settled() if self.settled else 0.0
+        before = await self.settled() if self.settled else (0.0, 0.0)
         record = RequestRecord(
             self.role,
             time.perf_counter(),
@@ -104,14 +106,17 @@ class RecordingEndpoint(Endpoint):
         past_limit = request.stop[self.stop_limit :] if self.stop_limit is not None else ()
         record.cut = record.stop_reason in past_limit
         if self.settled:
-            record.generated = round(await self.settled() - before)
+            after = await self.settled()
+            record.generated = round(after[1] - before[1])
+            # vLLM counts a finished request, not an aborted one: more is someone else's
+            record.foreign = after[0] - before[0] > (0 if record.cut else 1)
 
 
 def own_counts(requests: Sequence[RequestRecord]) -> tuple[Counter[str], Counter[str]]:
     sent: Counter[str] = Counter()
     written: Counter[str] = Counter()
     for r in requests:
-        sent[r.role] += 1
+        sent[r.role] += not r.cut  # vLLM's request counter does not count aborted requests
         written[r.role] += r.completion_tokens
     return sent, written
 

@@ -36,6 +36,73 @@ def request_table(g: Generation) -> list[str]:
     return lines
 
 
+def client_lines(client: dict[str, Any]) -> list[str]:
+    """Section 5: the client's own CPU against the scripted upstream."""
+    lines: list[str] = []
+    w = lines.append
+    f = client["fit"]
+    w("5. The client's own cost: CPU time of this process (time.process_time) against the")
+    w("   scripted upstream (capable_server(token_delay=0), its own process)")
+    w(
+        f"   least squares cpu = a*tokens + b*switches + c*generations over "
+        f"{len(client['cells'])} cells:"
+    )
+    w(
+        f"   a = {f['cpu_per_token_us']:.1f} us per streamed token, b = "
+        f"{f['cpu_per_switch_ms']:.2f} ms per switch (2 requests), c = "
+        f"{f['cpu_per_generation_ms']:.2f} ms per generation (R^2 {f['r_squared']:.4f}, "
+        f"largest residual {100 * f['max_relative_residual']:.1f}%)"
+    )
+    if "fit_detection" in client:
+        d = client["fit_detection"]
+        verdict = "MET" if d["cpu_per_token_us"] <= 20 else "MISSED"
+        w(
+            f"   with max_stop_strings={client['stop_limit']} (stops found in the stream): "
+            f"a = {d['cpu_per_token_us']:.1f} us per streamed token (goal <= 20: {verdict}), "
+            f"b = {d['cpu_per_switch_ms']:.2f} ms per switch, c = "
+            f"{d['cpu_per_generation_ms']:.2f} ms per generation (R^2 {d['r_squared']:.4f})"
+        )
+    w(f"   {'switches':>8} {'tokens':>7} {'requests':>8} {'cpu ms/gen':>10} {'wall ms/gen':>11}")
+    for c in sorted(client["cells"], key=lambda c: (c["switches_per_gen"], c["tokens_per_gen"])):
+        w(
+            f"   {c['switches_per_gen']:>8.1f} {c['tokens_per_gen']:>7.0f} "
+            f"{c['requests_per_gen']:>8.1f} {c['cpu_ms_per_gen']:>10.2f} "
+            f"{c['wall_ms_per_gen']:>11.2f}"
+        )
+    w(
+        "   concurrent generations in one process (2 switches each; N generations at once, "
+        "limit: the endpoints' max_concurrency; gc: the collector's first threshold; "
+        "medians of the runs):"
+    )
+    w(
+        f"   {'N':>5} {'limit':>5} {'gc':>6} {'wall s':>7} {'client CPU s':>12} "
+        f"{'ms CPU/gen':>10} {'in gc s':>7} {'upstream CPU s':>14} "
+        f"{'loop late max ms':>16} {'p99 ms':>8} {'p50 ms':>7} {'others':>7}"
+    )
+    for level in client["concurrent"]:
+        m = level["median"]
+        w(
+            f"   {level['generations']:>5} {level['limit']:>5} "
+            f"{level['gc_threshold'] or 'python':>6} {m['wall_s']:>7.2f} "
+            f"{m['client_cpu_s']:>12.2f} {m['client_cpu_ms_per_generation']:>10.1f} "
+            f"{m['gc_s']:>7.2f} {m['upstream_cpu_s']:>14.2f} "
+            f"{m['lateness_max_ms']:>16.1f} {m['lateness_p99_ms']:>8.1f} "
+            f"{m['lateness_p50_ms']:>7.1f} {m['others_cores']:>6.2f}c"
+        )
+    for level in client["concurrent"]:
+        for r in level["runs"]:
+            if r["errors"] or r["switches_ok"] != level["generations"]:
+                w(
+                    f"   N={level['generations']}: {r['errors']} errors, "
+                    f"{r['switches_ok']} generations with 2 switches; {r['first_error']}"
+                )
+    w(
+        "   ('loop late': how late a task sleeping 5 ms wakes up; 'others': cores other "
+        "processes used meanwhile)"
+    )
+    return lines
+
+
 def report(
     facts: dict[str, Any],
     engine: dict[str, Any],
@@ -286,70 +353,7 @@ def report(
                 )
     w("")
     if client is not None:
-        f = client["fit"]
-        w("5. The client's own cost: CPU time of this process (time.process_time) against the")
-        w("   scripted upstream (capable_server(token_delay=0), its own process)")
-        w(
-            f"   least squares cpu = a*tokens + b*switches + c*generations over "
-            f"{len(client['cells'])} cells:"
-        )
-        w(
-            f"   a = {f['cpu_per_token_us']:.1f} us per streamed token, b = "
-            f"{f['cpu_per_switch_ms']:.2f} ms per switch (2 requests), c = "
-            f"{f['cpu_per_generation_ms']:.2f} ms per generation (R^2 {f['r_squared']:.4f}, "
-            f"largest residual {100 * f['max_relative_residual']:.1f}%)"
-        )
-        if "fit_detection" in client:
-            d = client["fit_detection"]
-            verdict = "MET" if d["cpu_per_token_us"] <= 20 else "MISSED"
-            w(
-                f"   with max_stop_strings={client['stop_limit']} (stops found in the stream): "
-                f"a = {d['cpu_per_token_us']:.1f} us per streamed token (goal <= 20: {verdict}), "
-                f"b = {d['cpu_per_switch_ms']:.2f} ms per switch, c = "
-                f"{d['cpu_per_generation_ms']:.2f} ms per generation (R^2 {d['r_squared']:.4f})"
-            )
-        w(
-            f"   {'switches':>8} {'tokens':>7} {'requests':>8} {'cpu ms/gen':>10} {'wall ms/gen':>11}"
-        )
-        for c in sorted(
-            client["cells"], key=lambda c: (c["switches_per_gen"], c["tokens_per_gen"])
-        ):
-            w(
-                f"   {c['switches_per_gen']:>8.1f} {c['tokens_per_gen']:>7.0f} "
-                f"{c['requests_per_gen']:>8.1f} {c['cpu_ms_per_gen']:>10.2f} "
-                f"{c['wall_ms_per_gen']:>11.2f}"
-            )
-        w(
-            "   concurrent generations in one process (2 switches each; N generations at once, "
-            "limit: the endpoints' max_concurrency; gc: the collector's first threshold; "
-            "medians of the runs):"
-        )
-        w(
-            f"   {'N':>5} {'limit':>5} {'gc':>6} {'wall s':>7} {'client CPU s':>12} "
-            f"{'ms CPU/gen':>10} {'in gc s':>7} {'upstream CPU s':>14} "
-            f"{'loop late max ms':>16} {'p99 ms':>8} {'p50 ms':>7} {'others':>7}"
-        )
-        for level in client["concurrent"]:
-            m = level["median"]
-            w(
-                f"   {level['generations']:>5} {level['limit']:>5} "
-                f"{level['gc_threshold'] or 'python':>6} {m['wall_s']:>7.2f} "
-                f"{m['client_cpu_s']:>12.2f} {m['client_cpu_ms_per_generation']:>10.1f} "
-                f"{m['gc_s']:>7.2f} {m['upstream_cpu_s']:>14.2f} "
-                f"{m['lateness_max_ms']:>16.1f} {m['lateness_p99_ms']:>8.1f} "
-                f"{m['lateness_p50_ms']:>7.1f} {m['others_cores']:>6.2f}c"
-            )
-        for level in client["concurrent"]:
-            for r in level["runs"]:
-                if r["errors"] or r["switches_ok"] != level["generations"]:
-                    w(
-                        f"   N={level['generations']}: {r['errors']} errors, "
-                        f"{r['switches_ok']} generations with 2 switches; {r['first_error']}"
-                    )
-        w(
-            "   ('loop late': how late a task sleeping 5 ms wakes up; 'others': cores other "
-            "processes used meanwhile)"
-        )
+        lines += client_lines(client)
         w("")
     w("6. What the ideal formula says about the speedup over the large model alone: time")
     w("   relative to it ~ s + (1 - s)/r (s: the large model's share of the tokens, r: the")

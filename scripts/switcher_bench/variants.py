@@ -101,22 +101,22 @@ def _paired(a: Sequence[Generation], b: Sequence[Generation]) -> list[float]:
     return [g.wall / walls[g.run] for g in a if g.run in walls]
 
 
-def stops_of(gen: Generation) -> list[tuple[str, str | int | None]]:
-    return [(r.role, r.stop_reason) for r in gen.requests]
+def stops_of(gen: Generation) -> list[tuple[str, str | None]]:
+    """Each request's model and stop string (an end of sequence, or none, as None: the
+    forced answer ends either way)."""
+    return [
+        (r.role, r.stop_reason if isinstance(r.stop_reason, str) else None) for r in gen.requests
+    ]
 
 
 def overshoot(timed: Sequence[Generation], settled: Sequence[Generation]) -> Overshoot:
-    per_cut = [r.generated - r.completion_tokens for g in settled for r in g.requests if r.cut]
-    stopped = [
-        r.generated - r.completion_tokens
-        for g in settled
-        for r in g.requests
-        if not r.cut and r.generated
-    ]
-    in_runs = [
+    clean = [r for g in settled for r in g.requests if not r.foreign]
+    per_cut = [r.generated - r.completion_tokens for r in clean if r.cut]
+    stopped = [r.generated - r.completion_tokens for r in clean if not r.cut and r.generated]
+    in_runs = [  # a generation during which others used the servers would count their tokens
         (g.generated - sum(r.completion_tokens for r in g.requests)) / g.cuts
         for g in timed
-        if g.cuts
+        if g.cuts and g.foreign_requests == 0
     ]
     cuts = statistics.median([g.cuts for g in timed]) if timed else 0
     return Overshoot(
