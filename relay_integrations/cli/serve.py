@@ -56,6 +56,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--keep-alive-timeout", type=int, help="seconds an idle client connection stays open"
     )
+    parser.add_argument(
+        "--health-timeout", type=float, help="seconds each upstream has to answer /health"
+    )
     parser.add_argument("--log-format", choices=["json", "text"])
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(run=run)
@@ -86,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         "max_stop_length",
         "shutdown_timeout",
         "keep_alive_timeout",
+        "health_timeout",
         "log_format",
         "log_level",
     )

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 from pydantic import ValidationError
 
+from relay_integrations.cli import serve
 from relay_integrations.core import EndpointConfig, RelayConfig
 from relay_integrations.server import RelayServer, ServerSettings
+from relay_integrations.server.errors import ApiError
+from relay_integrations.server.protocol import ChatCompletionRequest
 
 
 def test_settings_come_from_the_environment_and_flags_win() -> None:
@@ -36,3 +41,23 @@ def test_default_endpoint_limits_grow_to_the_generation_limit() -> None:
     assert server.config.large.max_concurrency == 300  # else 236 admitted generations queue
     assert server.config.small.max_concurrency == 8  # set on purpose: kept
     assert server.model_names == ["l", "l+s"]
+
+
+def test_every_setting_is_a_relaygen_serve_option() -> None:
+    parser = argparse.ArgumentParser()
+    serve.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--max-stop-strings", "8", "--max-stop-length", "64"])
+    assert (args.max_stop_strings, args.max_stop_length) == (8, 64)
+    assert all(hasattr(args, name) for name in ServerSettings.model_fields)
+
+
+def test_the_stop_bounds_are_configurable_and_name_stop() -> None:
+    settings = ServerSettings.from_env({"RELAY_SERVER_MAX_STOP_STRINGS": "8"}, max_stop_length=3)
+    assert (settings.max_stop_strings, settings.max_stop_length) == (8, 3)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    ChatCompletionRequest.of({**body, "stop": list("abcdefgh")}, settings)
+    for stop in (list("abcdefghi"), ["abcd"]):
+        with pytest.raises(ApiError) as refused:
+            ChatCompletionRequest.of({**body, "stop": stop}, settings)
+        assert refused.value.status == 400 and refused.value.param == "stop"
+    assert ServerSettings().max_stop_strings == 4  # OpenAI's
