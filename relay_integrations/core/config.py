@@ -44,26 +44,12 @@ Penalty = Annotated[
 RepetitionPenalty = Annotated[
     float, Field(gt=0, allow_inf_nan=False, description="1 is none; vLLM allows (0, inf)")
 ]
-
-MODEL_SAMPLING_FIELDS = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "seed",
-)
-"""The sampling fields of one upstream request (the token budget is the generation's)."""
+Seed = Annotated[int, Field(ge=-(2**63), lt=2**63, description="vLLM's: a 64-bit integer")]
 
 
-class SamplingOverrides(_Frozen):
-    """One model's own sampling, over the shared :class:`SamplingConfig` (unset: shared)::
-
-    EndpointConfig(base_url=..., model="Qwen/Qwen3-1.7B",
-                   sampling=SamplingOverrides(temperature=0.3, presence_penalty=1.5))
-    """
+class OptionalSampling(BaseModel):
+    """The sampling fields of one request, each optional (None: not set here): the fields of
+    :class:`SamplingOverrides` and of ``relaygen serve``'s requests."""
 
     temperature: Temperature | None = None
     top_p: TopP | None = None
@@ -72,7 +58,19 @@ class SamplingOverrides(_Frozen):
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     repetition_penalty: RepetitionPenalty | None = None
-    seed: int | None = None
+    seed: Seed | None = None
+
+
+MODEL_SAMPLING_FIELDS = tuple(OptionalSampling.model_fields)
+"""The sampling fields of one upstream request (the token budget is the generation's)."""
+
+
+class SamplingOverrides(OptionalSampling, _Frozen):
+    """One model's own sampling, over the shared :class:`SamplingConfig` (unset: shared)::
+
+    EndpointConfig(base_url=..., model="Qwen/Qwen3-1.7B",
+                   sampling=SamplingOverrides(temperature=0.3, presence_penalty=1.5))
+    """
 
 
 class SamplingConfig(_Frozen):
@@ -91,7 +89,7 @@ class SamplingConfig(_Frozen):
     repetition_penalty: RepetitionPenalty | None = Field(
         default=None, description="vLLM's multiplicative penalty (1: none)"
     )
-    seed: int | None = Field(default=None, description="seed of both models' sampling")
+    seed: Seed | None = Field(default=None, description="seed of both models' sampling")
     max_tokens: int = Field(
         default=32768, ge=1, description="One budget for reasoning plus answer, over all segments"
     )

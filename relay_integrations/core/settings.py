@@ -50,6 +50,7 @@ from .config import (
     RelayConfig,
     RepetitionPenalty,
     SamplingConfig,
+    Seed,
     SwitchPolicy,
     Temperature,
     TopK,
@@ -158,7 +159,7 @@ class RelaySettings(BaseModel):
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     repetition_penalty: RepetitionPenalty | None = None
-    seed: int | None = None
+    seed: Seed | None = None
     max_tokens: int = Field(
         default=_default(SamplingConfig, "max_tokens"),
         ge=1,

@@ -30,16 +30,7 @@ from ..core.chat import (
     ResponseFormat,
     normalize_tool_choice,
 )
-from ..core.config import (
-    MODEL_SAMPLING_FIELDS,
-    MinP,
-    Penalty,
-    RepetitionPenalty,
-    SamplingConfig,
-    Temperature,
-    TopK,
-    TopP,
-)
+from ..core.config import MODEL_SAMPLING_FIELDS, OptionalSampling, SamplingConfig
 from ..core.generation import RequestHook
 from ..core.habits import REFUSED_FIELDS
 from .errors import ApiError
@@ -53,7 +44,6 @@ MAX_JSON_DEPTH = 64
 deeper bodies are refused before anything walks them recursively."""
 MAX_NUMBER_DIGITS = 100
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
-INT64 = 2**63
 
 
 class StreamOptions(BaseModel):
@@ -110,8 +100,9 @@ class _ResponseFormat(BaseModel):
     json_schema: _JsonSchema | None = None
 
 
-class ChatCompletionRequest(BaseModel):
-    """The fields of an OpenAI chat completion request that the relay reads."""
+class ChatCompletionRequest(OptionalSampling):
+    """The fields of an OpenAI chat completion request that the relay reads (the sampling
+    fields, with vLLM's ranges, are the core's)."""
 
     model_config = ConfigDict(extra="forbid")  # `of` refuses or drops the others first
 
@@ -121,14 +112,6 @@ class ChatCompletionRequest(BaseModel):
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: Temperature | None = None
-    top_p: TopP | None = None
-    top_k: TopK | None = None
-    min_p: MinP | None = None
-    presence_penalty: Penalty | None = None
-    frequency_penalty: Penalty | None = None
-    repetition_penalty: RepetitionPenalty | None = None
-    seed: int | None = Field(default=None, ge=-INT64, lt=INT64)  # vLLM's: a 64-bit integer
     logit_bias: dict[str, float] | None = None
     stop: str | list[str] | None = None
     n: int = 1
