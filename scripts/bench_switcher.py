@@ -60,6 +60,16 @@ cost, the scripted vLLM of the tests in a separate process (this script run with
    and 2 switches and short to long answers, and 1,000 concurrent generations in one process
    with the event loop's worst stall (a ticker sleeping 5 ms records how late it wakes).
 
+6. Relay variants (``--variants``, ``switcher_bench/variants.py``) in the same rounds as the
+   relay and the authors' loop, paired by run: ``stream1`` / ``stream4`` (``EndpointConfig(
+   max_stop_strings=1 / 4)``: the stop strings past the limit found in the stream and the
+   request closed there, with the overshoot past each closed request from vLLM's settled
+   ``vllm:generation_tokens_total``) and ``pad145`` (~145 stop strings a large request). The
+   relay's requests are also replayed through plain httpx as whole responses, streamed, and
+   streamed with ``continuous_usage_stats`` (what streaming costs), and step 5 fits the
+   client's CPU again with ``max_stop_strings`` (``--client-stop-limit``; ``--client-only``
+   runs step 5 alone).
+
 Forcing (``--forcing``): the tiny models are random, so every request is constrained to the
 rest of the trace. ``regex`` is ``relay_integrations.testing.forcing(trace)`` (a regex of the
 text): the random model then writes the text in arbitrary token pieces (about twice as many
