@@ -3,8 +3,8 @@
 Everything a client sends is checked here, before any upstream request, and each problem
 becomes a 400 that names the field and says what to send instead::
 
-    body = parse_body(raw_bytes, limits)        # ApiError(400) on malformed JSON or fields
-    request = ChatCompletionRequest.of(body, limits)
+    body = parse_body(raw_bytes)                # ApiError(400): malformed, too deep, surrogates
+    request = ChatCompletionRequest.of(body, limits)  # ApiError(400) naming the field
     turn = request.chat_request(defaults, generation_id="chatcmpl-...")
 
 Fields that would change what the client gets back and that the relay cannot honour
