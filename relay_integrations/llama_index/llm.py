@@ -101,6 +101,11 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
     context_window: int | None = Field(
         default=None, description="Context window; None asks the large model's server"
     )
+    strict: bool = Field(
+        default=False,
+        description="Hold every tool call's arguments to its tool's schema, as OpenAILike's "
+        "strict (per call: chat_with_tools(..., strict=...))",
+    )
     _served_window: int | None = PrivateAttr(default=None)
 
     @classmethod
@@ -294,7 +299,8 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
     ) -> dict[str, Any]:
         """Tools for the chat template; ``tool_required`` (or a tool's name as
         ``tool_choice``) constrains the answer to a call, ``strict=True`` (as in LlamaIndex's
-        ``OpenAI``) the arguments of every call to its tool's schema."""
+        ``OpenAI``; default: the ``strict`` field) the arguments of every call to its tool's
+        schema."""
         messages = list(chat_history or [])
         if isinstance(user_msg, str):
             user_msg = ChatMessage(role=MessageRole.USER, content=user_msg)
@@ -303,7 +309,7 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
         specs = [t.metadata.to_openai_tool(skip_length_check=True) for t in tools]
         return {
             "messages": messages,
-            "tools": with_strict(specs, strict) or None,
+            "tools": with_strict(specs, self.strict if strict is None else strict) or None,
             "tool_choice": normalize_tool_choice(tool_choice, required=tool_required),
             "parallel_tool_calls": allow_parallel_tool_calls,
             **kwargs,

@@ -60,7 +60,10 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from relay_integrations.core import RelayConfig
 
 from tests.fakes.scripted_vllm import ASSISTANT, THINKING_OFF, TOOLS_INTRO, TOOLS_OUTRO, to_json
 
@@ -928,3 +931,16 @@ def relay_fields(base_url: str, **fields: Any) -> dict[str, Any]:
         "policy": SwitchPolicy(cooldown_tokens=0),
         **fields,
     }
+
+
+def capable_relay_config(base_url: str, small_url: str | None = None, **fields: Any) -> RelayConfig:
+    """The ``RelayConfig`` of a relay over a capable server (``relaygen serve``'s tests)."""
+    from relay_integrations.core import EndpointConfig, RelayConfig, SwitchPolicy
+
+    return RelayConfig(
+        large=EndpointConfig(base_url=base_url, model="large"),
+        small=EndpointConfig(base_url=small_url or base_url, model="small"),
+        cues=CAPABLE_CUES,
+        policy=SwitchPolicy(cooldown_tokens=0),
+        **fields,
+    )

@@ -67,15 +67,16 @@ def stock() -> Server:
     )
 
 
-async def running_requests(root: str) -> float:
-    """vLLM's gauge of requests being generated (from /metrics)."""
+async def vllm_metric(root: str, name: str) -> float:
+    """A vLLM metric from /metrics, summed over its labels (e.g. its model names)."""
     async with httpx.AsyncClient() as client:
         text = (await client.get(f"{root}/metrics")).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("vllm:num_requests_running")
-    )
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+async def running_requests(root: str) -> float:
+    """vLLM's gauge of requests being generated."""
+    return await vllm_metric(root, "vllm:num_requests_running")
 
 
 def pair_options(large: Server, small: Server) -> list[str]:

@@ -4,7 +4,6 @@ and the network really answer, not what the scripted fake imitates (tests/unit).
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +17,7 @@ from relay_integrations.core import (
 )
 from relay_integrations.core.endpoint import CompletionRequest, Endpoint, UpstreamFailure
 from relay_integrations.server.generation import upstream_error
+from tests.fakes.ports import refusing_port
 
 from .conftest import Server
 
@@ -28,13 +28,8 @@ QUESTION = [{"role": "user", "content": "What is 5 + 7?"}]
 
 @pytest.fixture
 def closed_port() -> Iterator[int]:
-    """A loopback port that refuses connections: bound (nothing else takes it), not listening."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        sock.close()
+    with refusing_port() as port:
+        yield port
 
 
 def relay_config(large: EndpointConfig, small: Server) -> RelayConfig:

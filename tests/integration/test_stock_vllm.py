@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 import pytest
 
 from relay_integrations.core import EndpointConfig, RelayResult, RelaySwitcher
@@ -16,7 +15,7 @@ from relay_integrations.core.endpoint import CompletionRequest, Endpoint
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.testing import forcing, regex_literal
 
-from .conftest import Server, qwen_relay_fields, running_requests
+from .conftest import Server, qwen_relay_fields, running_requests, vllm_metric
 from .test_relay_real_vllm import QUESTION, QWEN_TRACE, qwen_config
 
 pytestmark = pytest.mark.vllm
@@ -49,14 +48,8 @@ async def test_a_stock_server_gives_the_same_segments(
 
 
 async def generated_tokens(root: str) -> float:
-    """vLLM's counter of tokens generated, over all its requests (from /metrics)."""
-    async with httpx.AsyncClient() as client:
-        text = (await client.get(f"{root}/metrics")).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("vllm:generation_tokens_total")
-    )
+    """vLLM's counter of tokens generated, over all its requests."""
+    return await vllm_metric(root, "vllm:generation_tokens_total")
 
 
 async def test_a_stop_found_in_the_stream_cuts_the_text_and_closes_the_request(

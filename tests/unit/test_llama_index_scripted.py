@@ -222,3 +222,10 @@ async def test_strict_tools_constrain_each_call_to_the_tool_s_schema(server: Scr
     assert call["properties"]["arguments"] == tool.metadata.get_parameters_dict()
     await llm.achat_with_tools([tool], "Use get_population for Paris.")
     assert "structured_outputs" not in server.models["small"].requests[-1]
+    # OpenAILike's constructor field: strict unless a call says otherwise
+    strict_llm = relay_llm(server, strict=True)
+    await strict_llm.achat_with_tools([tool], "Use get_population for Paris.")
+    tag = json.loads(server.models["small"].requests[-1]["structured_outputs"]["structural_tag"])
+    assert tag["format"]["type"] == "triggered_tags"
+    await strict_llm.achat_with_tools([tool], "Use get_population for Paris.", strict=False)
+    assert "structured_outputs" not in server.models["small"].requests[-1]

@@ -673,7 +673,19 @@ LLAMA_INDEX: list[Habit] = [
         lambda llm: llm.structured_predict(Answer, _prompt()),
         parsed,
     ),
+    Habit(
+        "strict=True (tool calls)",
+        {"strict": True},
+        lambda llm: llm.chat_with_tools([_weather_tool()], WEATHER),
+        strict_call_grammar,
+    ),
 ]
+
+
+def _weather_tool() -> Any:
+    from llama_index.core.tools import FunctionTool
+
+    return FunctionTool.from_defaults(get_weather)
 
 
 def _prompt() -> Any:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import socket
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -17,10 +16,11 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from relay_integrations.core import EndpointConfig, RelayConfig, SwitchPolicy
+from relay_integrations.core import RelayConfig
 from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.server.logs import JsonFormatter
-from tests.fakes.capable_model import CAPABLE_CUES, capable_server
+from tests.fakes.capable_model import capable_relay_config, capable_server
+from tests.fakes.ports import refusing_port
 from tests.fakes.relay_http import ServedRelay, eventually, relay_http
 from tests.fakes.scripted_vllm import ScriptedVLLM
 from tests.fakes.threaded import serving
@@ -82,19 +82,7 @@ def client(served: ServedRelay) -> Iterator[openai.OpenAI]:
 
 
 def relay_config(url: str, small_url: str | None = None) -> RelayConfig:
-    return RelayConfig(
-        large=EndpointConfig(base_url=url, model="large"),
-        small=EndpointConfig(base_url=small_url or url, model="small"),
-        cues=CAPABLE_CUES,
-        policy=SwitchPolicy(cooldown_tokens=0),
-    )
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return capable_relay_config(url, small_url)
 
 
 def metric_samples(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -373,9 +361,10 @@ def test_health_is_ok_when_both_upstreams_answer(served: ServedRelay) -> None:
 
 
 def test_health_is_503_naming_an_unreachable_upstream(upstream: ScriptedVLLM) -> None:
-    config = relay_config(upstream.base_url, small_url=f"http://127.0.0.1:{closed_port()}/v1")
-    with relay_http(RelayServer(config)) as served:
-        response = httpx.get(f"{served.url}/health")
+    with refusing_port() as port:
+        config = relay_config(upstream.base_url, small_url=f"http://127.0.0.1:{port}/v1")
+        with relay_http(RelayServer(config)) as served:
+            response = httpx.get(f"{served.url}/health")
     assert response.status_code == 503
     body = response.json()
     assert body["status"] == "unavailable"

@@ -15,10 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from relay_integrations.core import EndpointConfig, RelayConfig, SwitchPolicy
 from relay_integrations.server import RelayServer
 from relay_integrations.server.fields import IGNORED_FIELDS, REFUSED
-from tests.fakes.capable_model import CAPABLE_CUES, capable_server
+from tests.fakes.capable_model import capable_relay_config, capable_server
 from tests.fakes.relay_http import ServedRelay, relay_http
 from tests.fakes.scripted_vllm import THINKING_OFF, ScriptedVLLM
 from tests.fakes.threaded import serving
@@ -173,12 +172,7 @@ def upstream() -> Iterator[ScriptedVLLM]:
 
 @pytest.fixture(scope="module")
 def served(upstream: ScriptedVLLM) -> Iterator[ServedRelay]:
-    config = RelayConfig(
-        large=EndpointConfig(base_url=upstream.base_url, model="large"),
-        small=EndpointConfig(base_url=upstream.base_url, model="small"),
-        cues=CAPABLE_CUES,
-        policy=SwitchPolicy(cooldown_tokens=0),
-    )
+    config = capable_relay_config(upstream.base_url)
     with relay_http(RelayServer(config)) as running:
         yield running
 

@@ -29,11 +29,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from relay_integrations.core import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
+from relay_integrations.core import SamplingConfig
 from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.server.fields import IGNORED_FIELDS, OFF_VALUES, REFUSED
 from relay_integrations.server.protocol import MAX_JSON_DEPTH, ChatCompletionRequest
-from tests.fakes.capable_model import CAPABLE_CUES, capable_server
+from tests.fakes.capable_model import capable_relay_config, capable_server
 from tests.fakes.relay_http import ServedRelay, eventually, relay_http
 from tests.fakes.scripted_vllm import ScriptedVLLM
 from tests.fakes.tcp_table import established
@@ -145,13 +145,8 @@ def upstream() -> Iterator[ScriptedVLLM]:
 
 @pytest.fixture(scope="module")
 def fuzzed(upstream: ScriptedVLLM) -> Iterator[Fuzzed]:
-    config = RelayConfig(
-        large=EndpointConfig(base_url=upstream.base_url, model="large"),
-        small=EndpointConfig(base_url=upstream.base_url, model="small"),
-        cues=CAPABLE_CUES,
-        policy=SwitchPolicy(cooldown_tokens=0),
-        sampling=SamplingConfig(max_tokens=8),  # valid generated requests stay short
-    )
+    # valid generated requests stay short
+    config = capable_relay_config(upstream.base_url, sampling=SamplingConfig(max_tokens=8))
     with relay_http(RelayServer(config, LIMITS)) as served:
         fuzz = Fuzzed(served, upstream)
         for _ in range(20):  # warm up: the first requests fill caches that stay

@@ -4,7 +4,6 @@ fake server. The same messages are checked on real vLLM in tests/integration."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import openai
@@ -20,6 +19,7 @@ from relay_integrations.core import (
 )
 from relay_integrations.core.endpoint import CompletionRequest, Endpoint, UpstreamFailure
 from relay_integrations.server.generation import upstream_error
+from tests.fakes.ports import refusing_port
 from tests.fakes.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
 
 TRACE = "<think>\nLet me see. Therefore, it is 4.\n</think>\n\nThe answer is 4."
@@ -28,14 +28,8 @@ MESSAGES = [{"role": "user", "content": "What is 2 + 2?"}]
 
 @pytest.fixture
 def closed_port() -> Iterator[int]:
-    """A loopback port that refuses connections: bound (so nothing else takes it), not
-    listening."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        sock.close()
+    with refusing_port() as port:
+        yield port
 
 
 def pair(large: EndpointConfig, small: EndpointConfig, **policy: object) -> RelayConfig:
