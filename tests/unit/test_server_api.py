@@ -622,6 +622,9 @@ def test_a_client_leaving_cuts_the_upstream_request(
     def active() -> int:
         return sum(m.active for m in models)
 
+    def started() -> int:
+        return sum(len(m.requests) for m in models)
+
     cut_before = sum(m.cut_short for m in models)
     with relay_http(RelayServer(relay_config(slow_upstream.base_url))) as served:
         baseline = served.tasks()
@@ -639,9 +642,17 @@ def test_a_client_leaving_cuts_the_upstream_request(
             else:
                 with pytest.raises(httpx.ReadTimeout):  # the client gives up waiting
                     http.post(url, json=chat_body(), timeout=1.2)  # mid-reasoning
-                assert active() == 1
+                # The generation is under way; at that instant the switcher may be between two
+                # upstream requests, so no model need be writing.
+                assert served.relay.inflight == 1
+            left_active, left_started = active(), started()
         assert eventually(lambda: active() == 0)
-        assert sum(m.cut_short for m in models) > cut_before  # closed mid-stream, not finished
+        cut = sum(m.cut_short for m in models) - cut_before
+        new_requests = started() - left_started
+        # At most the hand-off in flight when the server noticed starts one more request; the
+        # request that was writing (or that one) is closed mid-stream, not run to its end.
+        assert new_requests <= 1
+        assert cut >= 1 or (left_active == 0 and new_requests == 0), (cut, left_active)
         assert eventually(lambda: metric(served.url, "relay_inflight_generations") == 0)
         assert metric(served.url, "relay_errors_total", kind="client_disconnected") == 1
         assert eventually(lambda: served.tasks() == baseline)
