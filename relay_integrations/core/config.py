@@ -196,6 +196,13 @@ class SwitchPolicy(_Frozen):
     max_resumes: int = Field(
         default=2, ge=0, description="Resumptions of a segment whose stream broke mid-way"
     )
+    speculative_handoff: bool = Field(
+        default=True,
+        description="Open the next model's request when the text reaches a hand-off that waits "
+        "only for its confirming token (' Now' before ' Now ', a sentence mark before its "
+        "space), so its prefill overlaps that token; closed unused when the token continues "
+        "the word or sentence. The text is the same either way",
+    )
 
 
 class ReasoningMarkers(_Frozen):

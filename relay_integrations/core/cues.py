@@ -82,6 +82,22 @@ class CueSet:
         return tuple(stops)
 
     @cached_property
+    def _awaiting_boundary(self) -> tuple[str, ...]:
+        return tuple(
+            left + cue for cue in self.cues if cue[-1].isalnum() for left in LEFT_BOUNDARIES
+        )
+
+    def awaits_boundary(self, text: str) -> bool:
+        """Whether `text` ends in a cue that is whole once a right boundary follows.
+
+        Such a cue's stop string fires only with the next token (`` Now`` becomes `` Now ``
+        or ``Nowhere``); the relay may open the small model's request meanwhile::
+
+            CueSet.from_list(["Now", "Therefore,"]).awaits_boundary("x. Now")  # True
+        """
+        return text.endswith(self._awaiting_boundary)
+
+    @cached_property
     def _pattern(self) -> re.Pattern[str]:
         bodies = sorted({b for cue in self.cues for b in _bodies(cue)}, key=len, reverse=True)
         left = "".join(re.escape(c) for c in LEFT_BOUNDARIES)

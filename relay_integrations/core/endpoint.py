@@ -23,7 +23,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -167,7 +167,9 @@ class Endpoint:
             raise RelayError(f"{self.role} endpoint {url} answered {type(data).__name__}, not JSON")
         return data
 
-    async def stream_completion(self, request: CompletionRequest) -> AsyncIterator[StreamPiece]:
+    async def stream_completion(
+        self, request: CompletionRequest
+    ) -> AsyncGenerator[StreamPiece, None]:
         """Stream one completion. Retries until the first piece; see the module docstring.
 
         Stop strings past the server's limit are found in the stream (:class:`StreamStops`):

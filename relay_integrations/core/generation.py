@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .config import CONTEXT_MARGIN, ModelRole, RelayConfig, SamplingConfig
-from .endpoint import CompletionRequest, Endpoint, StreamInterrupted, UpstreamFailure
+from .endpoint import (
+    CompletionRequest,
+    Endpoint,
+    StreamInterrupted,
+    StreamPiece,
+    UpstreamFailure,
+)
+from .head_start import HeadStart, NextTurn
 from .reasoning import PromptReasoning, Releaser, split_reasoning, starts_with
 from .rendering import RenderedPrompt
 from .result import (
@@ -43,6 +50,10 @@ class RequestEnd:
 
 Decide = Callable[[RequestEnd], SegmentEnd | None]
 """Decides, after each request of a turn, how the turn ended (None: write on)."""
+
+Anticipate = Callable[[int], NextTurn | None]
+"""Given the turn's tokens once the next one arrives: the turn that follows if that token
+confirms a hand-off at the end of the transcript, else None (see :mod:`.head_start`)."""
 
 
 class Generation:
@@ -81,6 +92,9 @@ class Generation:
         self.started = started if started is not None else time.perf_counter()  # rendering too
         self.first_token_at: float | None = None
         self.requests_sent = 0
+        self.speculative_handoffs = 0  # hand-offs whose request was opened ahead and used
+        self.speculative_misses = 0  # requests opened ahead and closed unused
+        self._ahead: HeadStart | None = None
         self._releaser = self._new_releaser()
 
     @property
@@ -127,13 +141,16 @@ class Generation:
         stops: Callable[[], Sequence[str]],
         cap: int | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        anticipate: Anticipate | None = None,
     ) -> AsyncIterator[TextDelta]:
         """Let `role` write until `decide` ends the turn; yields visible text as it arrives.
 
-        The finished segment is appended to ``self.segments``. Raises
-        :class:`UpstreamFailure` when the endpoint fails beyond its retries and resumes.
+        With `anticipate`, the next turn's request is opened where the text may hand off,
+        and the next turn uses it if it is the request it would send. The finished segment
+        is appended to ``self.segments``. Raises :class:`UpstreamFailure` when the endpoint
+        fails beyond its retries and resumes.
         """
-        endpoint, phase = self.endpoints[role], self.phase
+        phase = self.phase
         start, began = len(self.transcript), time.perf_counter()
         usage, resumes = ModelUsage(), 0  # usage of this turn; its tokens count against `cap`
         ended: SegmentEnd | None = None
@@ -150,12 +167,14 @@ class Generation:
                 finish: tuple[str | None, str | int | None] = (None, None)
                 pieces = 0
                 try:
-                    async for piece in endpoint.stream_completion(request):
+                    async for piece in await self._stream(role, request):
                         if piece.text:
                             pieces += 1
                             self.transcript += piece.text
                             for delta in self._release(role):
                                 yield delta
+                            if piece.finish_reason is None:
+                                await self._look_ahead(anticipate, usage.completion_tokens, pieces)
                         if piece.finish_reason is not None:
                             finish = (piece.finish_reason, piece.stop_reason)
                         if piece.completion_tokens is not None:
@@ -169,6 +188,7 @@ class Generation:
                             )
                 except StreamInterrupted as broken:
                     # The text that arrived stays (its pieces count as tokens); resume from it.
+                    await self._drop_ahead()
                     self._count(role, phase, usage, 0, 0, pieces)
                     resumes += 1
                     if resumes > self.config.policy.max_resumes:
@@ -181,6 +201,8 @@ class Generation:
                     # answer's reserve), room is left: write on; the loop's top ends the turn
                     # when none is.
                     ended = None if pieces and self.room(role) > 0 else self._length()
+                if ended is None or (self._ahead and self._ahead.transcript != self.transcript):
+                    await self._drop_ahead()  # no hand-off, or not where it was foreseen
         finally:
             self.seconds[role] += time.perf_counter() - began
             self.segments.append(
@@ -194,6 +216,50 @@ class Generation:
                     seconds=time.perf_counter() - began,
                 )
             )
+
+    async def _stream(
+        self, role: ModelRole, request: CompletionRequest
+    ) -> AsyncIterator[StreamPiece]:
+        """The request's stream: the one opened ahead if it is this request, else a new one."""
+        ahead = self._ahead
+        if ahead is not None and ahead.serves(role, request, self.transcript):
+            self._ahead = None
+            self.speculative_handoffs += 1
+            return ahead.pieces()
+        await self._drop_ahead()
+        return self.endpoints[role].stream_completion(self._numbered(request))
+
+    async def _look_ahead(self, anticipate: Anticipate | None, counted: int, pieces: int) -> None:
+        """After a piece that did not end the request (`pieces` of it so far, `counted`
+        tokens of the turn before it): close the request opened ahead if the text went on
+        past its hand-off, and open one if the text may hand off here."""
+        if self._ahead is not None:
+            if self._ahead.may_serve(self.transcript):
+                return
+            await self._drop_ahead()
+        uncounted = pieces + 1  # this request's tokens, the confirming one included
+        upcoming = anticipate(counted + uncounted) if anticipate else None
+        if upcoming is None:
+            return
+        allowance = self.room(upcoming.role) - uncounted  # the room once they are counted
+        if upcoming.cap is not None:
+            allowance = min(allowance, upcoming.cap)
+        if allowance > 0:
+            request = self._request(upcoming.role, allowance, upcoming.stops, None)
+            endpoint = self.endpoints[upcoming.role]
+            self._ahead = HeadStart(
+                endpoint, upcoming, request, self._numbered(request), self.transcript
+            )
+
+    async def _drop_ahead(self) -> None:
+        if self._ahead is not None:
+            ahead, self._ahead = self._ahead, None
+            self.speculative_misses += 1
+            await ahead.discard()
+
+    async def aclose(self) -> None:
+        """Close what is still open (a request opened ahead of a turn that never came)."""
+        await self._drop_ahead()
 
     def _count(
         self,
@@ -240,6 +306,8 @@ class Generation:
                 seconds=dict(self.seconds),
                 total_seconds=time.perf_counter() - self.started,
                 time_to_first_token=self.first_token_at,
+                speculative_handoffs=self.speculative_handoffs,
+                speculative_misses=self.speculative_misses,
             ),
         )
 
@@ -253,19 +321,21 @@ class Generation:
         body = {**self.extra_body, **(extra_body or {})}
         if self.request_hook is not None:
             body.update(self.request_hook(role, self.phase, self.transcript))
-        self.requests_sent += 1
         return CompletionRequest(
             prompt=self.prompts[role].text + self.transcript,
             max_tokens=max_tokens,
             stop=tuple(stops),
             sampling=self.sampling.request_fields(self.config.endpoint(role).sampling),
             extra_body=body,
-            headers={
-                self.config.session_header: self.id,
-                # vLLM's own request id (its logs, its response ids): unique per request
-                "X-Request-Id": f"{self.id}-{self.requests_sent}",
-            },
+            headers={self.config.session_header: self.id},
         )
+
+    def _numbered(self, request: CompletionRequest) -> CompletionRequest:
+        """The request as sent: vLLM's own request id (its logs, its response ids) is unique
+        per request sent."""
+        self.requests_sent += 1
+        number = {"X-Request-Id": f"{self.id}-{self.requests_sent}"}
+        return replace(request, headers={**request.headers, **number})
 
     def _release(self, role: ModelRole) -> list[TextDelta]:
         if (

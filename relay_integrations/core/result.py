@@ -69,6 +69,12 @@ class RelayStats(BaseModel):
     seconds: dict[str, float] = Field(description="Wall time spent in each model's requests")
     total_seconds: float = Field(description="From the call, the prompts' rendering included")
     time_to_first_token: float | None = Field(description="From the call to the first text")
+    speculative_handoffs: int = Field(
+        default=0, description="Hand-offs whose request was opened before the confirming token"
+    )
+    speculative_misses: int = Field(
+        default=0, description="Requests opened ahead of a hand-off that did not come, closed"
+    )
 
 
 class RelayResult(BaseModel):

@@ -59,6 +59,23 @@ def is_sentence_end(text: str) -> bool:
     return True
 
 
+def may_end_here(text: str) -> bool:
+    """Whether `text` ends in a sentence mark that ends a sentence if whitespace follows.
+
+    The point where the relay may open the large model's request before the small model's
+    next token confirms the end (see ``SwitchPolicy.speculative_handoff``). A dot after a
+    digit is left out: it is as often a decimal point (``3.5``)::
+
+        may_end_here("so x is 7.")  # False (maybe 7.5)
+        may_end_here("so x is seven.")  # True
+    """
+    if not text or text[-1] not in ".?!":
+        return False
+    if text[-1] == "." and text[-2:-1].isdigit():
+        return False
+    return is_sentence_end(text + " ")
+
+
 def find_sentence_end(text: str, start: int) -> int | None:
     """The hand-off index of the first sentence end at or after `start`, or None.
 

@@ -28,14 +28,15 @@ from types import TracebackType
 from typing import Any, Literal
 
 from .config import CONTEXT_MARGIN, ModelRole, RelayConfig, SamplingConfig
-from .cues import CueSet
+from .cues import RIGHT_BOUNDARIES, CueSet
 from .endpoint import Endpoint, UpstreamFailure
 from .errors import ContextOverflowError, CueArtifactError, EndpointError
-from .generation import Decide, Generation, RequestEnd, RequestHook
+from .generation import Anticipate, Decide, Generation, RequestEnd, RequestHook
+from .head_start import NextTurn
 from .reasoning import PromptReasoning
 from .rendering import ChatInput, Message, PromptRenderer, RenderedPrompt, ServerChatTemplate
 from .result import RelayDone, RelayEvent, RelayResult, SegmentDone, SegmentEnd
-from .sentences import SENTENCE_STOPS, is_sentence_end
+from .sentences import SENTENCE_STOPS, is_sentence_end, may_end_here
 
 _State = Literal["large", "small", "answer", "done"]
 _AFTER_LARGE: dict[SegmentEnd, _State] = {
@@ -148,6 +149,8 @@ class RelaySwitcher:
             raise EndpointError(
                 failure.role, failure.detail, partial=run.result("error")
             ) from failure
+        finally:
+            await run.aclose()
 
     async def _relay(
         self, run: Generation, stop: Sequence[str], answer_extra_body: Mapping[str, Any]
@@ -162,6 +165,7 @@ class RelaySwitcher:
                     "large",
                     decide=self._large_turn_ends(run),
                     stops=lambda: self._large_stops(run),
+                    anticipate=self._before_cue(run),
                 ):
                     yield delta
                 ended = run.segments[-1].ended_by
@@ -174,8 +178,9 @@ class RelaySwitcher:
                     async for delta in run.turn(
                         "small",
                         decide=self._small_turn_ends(run),
-                        stops=lambda: (self.config.markers.end, *SENTENCE_STOPS),
+                        stops=self._small_stops,
                         cap=policy.max_small_tokens,
+                        anticipate=self._before_sentence_end(run),
                     ):
                         yield delta
                     ended = run.segments[-1].ended_by
@@ -219,6 +224,40 @@ class RelaySwitcher:
         if not run.small_available:
             return (self.config.markers.end,)
         return (self.config.markers.end, *self.cues.stop_strings)
+
+    def _small_stops(self) -> tuple[str, ...]:
+        return (self.config.markers.end, *SENTENCE_STOPS)
+
+    def _before_cue(self, run: Generation) -> Anticipate | None:
+        """The small turn, when the large model's text ends in a cue awaiting its boundary."""
+        policy = self.config.policy
+        if not policy.speculative_handoff:
+            return None
+
+        def anticipate(turn_tokens: int) -> NextTurn | None:
+            if run.phase != "reasoning" or not run.small_available:
+                return None
+            if turn_tokens <= policy.cooldown_tokens or not self.cues.awaits_boundary(
+                run.transcript
+            ):
+                return None
+            return NextTurn(
+                "small", self._small_stops(), "".join(RIGHT_BOUNDARIES), policy.max_small_tokens
+            )
+
+        return anticipate
+
+    def _before_sentence_end(self, run: Generation) -> Anticipate | None:
+        """The large turn, when the small model's text ends in a likely sentence end."""
+        if not self.config.policy.speculative_handoff:
+            return None
+
+        def anticipate(turn_tokens: int) -> NextTurn | None:
+            if run.phase != "reasoning" or not may_end_here(run.transcript):
+                return None
+            return NextTurn("large", self._large_stops(run), " \n")
+
+        return anticipate
 
     def _large_turn_ends(self, run: Generation) -> Decide:
         def decide(end: RequestEnd) -> SegmentEnd | None:

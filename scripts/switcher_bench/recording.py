@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,7 +81,9 @@ class RecordingEndpoint(Endpoint):
         """When set: vLLM's settled (finished requests, generated tokens) counters, read
         before and after every request (an untimed pass that measures each one's overshoot)."""
 
-    async def stream_completion(self, request: CompletionRequest) -> AsyncIterator[StreamPiece]:
+    async def stream_completion(
+        self, request: CompletionRequest
+    ) -> AsyncGenerator[StreamPiece, None]:
         before = await self.settled() if self.settled else (0.0, 0.0)
         record = RequestRecord(
             self.role,

@@ -108,8 +108,15 @@ async def test_a_caller_chosen_generation_id_goes_upstream() -> None:
         result = await relay.generate(MESSAGES, generation_id="chatcmpl-abc")
     assert result.generation_id == "chatcmpl-abc"
     assert {h["x-session-id"] for h in large.headers + small.headers} == {"chatcmpl-abc"}
-    request_ids = {h["x-request-id"] for h in large.headers + small.headers}
-    assert request_ids == {f"chatcmpl-abc-{n}" for n in range(1, 8)}  # 3 large + 4 small
+    sent = [h["x-request-id"] for h in large.headers + small.headers]
+    assert len(sent) == len(set(sent))  # one id a request
+    assert all(i.startswith("chatcmpl-abc-") for i in sent)
+    # 3 large + 4 small, and the one opened ahead at "e." (refuted by the "g" of "e.g.") if it
+    # got out before it was closed
+    misses = result.stats.speculative_misses
+    assert misses == 1
+    numbers = sorted(int(i.removeprefix("chatcmpl-abc-")) for i in sent)
+    assert 7 <= len(numbers) <= 7 + misses and numbers[-1] <= 7 + misses
 
 
 async def test_retries_honour_retry_after_then_succeed() -> None:
