@@ -59,7 +59,8 @@ class Relay:
             ),
             cues=[*CUES, *variant.padding_cues()],
             sampling=SamplingConfig(max_tokens=BUDGET, temperature=0.6, top_p=0.95, top_k=20),
-            policy=SwitchPolicy(),  # cool-down 5 tokens, like the authors' min_tokens=5
+            # cool-down 5 tokens, like the authors' min_tokens=5
+            policy=SwitchPolicy(speculative_handoff=variant.speculative_handoff),
         )
         self.switcher = RelaySwitcher(config)
         self.endpoints: dict[ModelRole, RecordingEndpoint] = {
@@ -86,9 +87,10 @@ class Relay:
         started = time.perf_counter()
         result = await self.switcher.generate(messages, request_hook=hook)
         wall = time.perf_counter() - started
-        requests = sorted(
+        sent = sorted(
             self.endpoints["large"].log + self.endpoints["small"].log, key=lambda r: r.sent
         )
+        requests = [r for r in sent if not r.discarded]
         return Generation(
             self.variant.name,
             mode,
@@ -103,6 +105,7 @@ class Relay:
             fallbacks=tokens.fallbacks,
             session=session,
             cuts=sum(r.cut for r in requests),
+            speculative=(result.stats.speculative_handoffs, result.stats.speculative_misses),
         )
 
     async def aclose(self) -> None:

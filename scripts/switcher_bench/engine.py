@@ -194,6 +194,12 @@ async def real_engine(
                                 else ""
                             )
                             + ("" if gen.text_ok else "  (text differs from the trace)")
+                            + (
+                                f", {gen.speculative[0]} hand-offs opened ahead"
+                                f" ({gen.speculative[1]} closed unused)"
+                                if any(gen.speculative)
+                                else ""
+                            )
                             + (overshoot_note(gen) if counted is not None else "")
                         )
                         if approach == DEFAULT_RELAY.name and not args.skip_replays:

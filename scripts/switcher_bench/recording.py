@@ -41,6 +41,7 @@ class RequestRecord:
     cut: bool = False  # the client closed it at a stop string past the server's limit
     generated: int = 0  # vLLM's settled token counter over it (per-request overshoot pass)
     foreign: bool = False  # others' requests finished meanwhile (that pass's figure is void)
+    discarded: bool = False  # opened ahead of a hand-off that did not come, closed unused
 
     @property
     def prefilled(self) -> int:
@@ -93,6 +94,7 @@ class RecordingEndpoint(Endpoint):
             request=request,
         )
         self.log.append(record)
+        record.discarded = True  # until the stream is read to its end
         async for piece in super().stream_completion(request):
             if record.first is None:
                 record.first = time.perf_counter()
@@ -104,6 +106,7 @@ class RecordingEndpoint(Endpoint):
                 record.cached_tokens = piece.cached_tokens or 0
                 record.completion_tokens = piece.completion_tokens
             yield piece
+        record.discarded = False
         record.done = time.perf_counter()
         past_limit = request.stop[self.stop_limit :] if self.stop_limit is not None else ()
         record.cut = record.stop_reason in past_limit
@@ -148,6 +151,7 @@ class Generation:
     replays_same_tokens: bool = True
     generated: int = 0  # stream modes: vLLM's settled token counters over it, both servers
     cuts: int = 0  # stream modes: requests the client closed at a stop string
+    speculative: tuple[int, int] = (0, 0)  # relay: hand-offs opened ahead (used, closed unused)
 
     @property
     def quiet(self) -> bool:
@@ -219,5 +223,7 @@ class Generation:
             "replays_same_tokens": self.replays_same_tokens,
             "generated": self.generated,
             "cuts": self.cuts,
+            "speculative_handoffs": self.speculative[0],
+            "speculative_misses": self.speculative[1],
             "per_request": [r.summary() for r in self.requests],
         }

@@ -11,7 +11,10 @@ can be paired by run:
   first four stops are the ones that fire, so vLLM still stops every request itself and what
   changes is the shorter stop list and ``continuous_usage_stats``;
 - ``pad145``: the default mode with never-occurring cues added, so the large model's requests
-  carry ~145 stop strings (as the built-in Qwen3 cue set does) instead of 13.
+  carry ~145 stop strings (as the built-in Qwen3 cue set does) instead of 13;
+- ``waits``: ``SwitchPolicy(speculative_handoff=False)``: the next model's request goes out
+  only once the confirming token after `` Now`` or ``.`` has arrived (the relay before the
+  speculative hand-off).
 
 Overshoot: for a request the client closes at a stop string, vLLM keeps generating until the
 abort reaches the engine. Its ``vllm:generation_tokens_total`` counter (read once it has
@@ -35,6 +38,7 @@ class RelayVariant:
     label: str
     max_stop_strings: int | None = None
     padding: int = 0  # never-occurring cues added (10 stop strings each)
+    speculative_handoff: bool = True
 
     @property
     def streams_stops(self) -> bool:
@@ -50,6 +54,9 @@ VARIANTS = {
         RelayVariant("stream1", "max_stop_strings=1 (cues and sentence ends in the stream)", 1),
         RelayVariant("stream4", "max_stop_strings=4 (a stock server's limit)", 4),
         RelayVariant("pad145", "~145 stop strings a large request (13 padding cues)", None, 13),
+        RelayVariant(
+            "waits", "speculative_handoff=False (waits for the confirming token)", None, 0, False
+        ),
     )
 }
 DEFAULT_RELAY = RelayVariant("relay", "stop strings (13 a large request, 8 a small one)")
