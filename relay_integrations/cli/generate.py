@@ -140,6 +140,12 @@ def _print_stats(out: TextIO, result: RelayResult) -> None:
     print(f"finish reason:     {result.finish_reason}", file=out)
     print(f"large-model share: {stats.large_share:.1%} of generated tokens", file=out)
     print(f"switches:          {stats.switches}", file=out)
+    if stats.speculative_handoffs or stats.speculative_misses:
+        print(
+            f"opened ahead:      {stats.speculative_handoffs} hand-offs' requests used, "
+            f"{stats.speculative_misses} closed unused",
+            file=out,
+        )
     ttft = f"{stats.time_to_first_token:.2f} s" if stats.time_to_first_token else "n/a"
     print(f"time:              {stats.total_seconds:.2f} s (first token {ttft})", file=out)
     for role, usage in result.usage.items():

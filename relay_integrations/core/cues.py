@@ -42,6 +42,16 @@ class CueMatch:
 
 
 @dataclass(frozen=True)
+class PendingCue:
+    """A cue that the next token may complete: the hand-off is at the text's end plus
+    ``completion`` once that is written, followed by one of ``confirmed_by`` (nothing need
+    follow when ``confirmed_by`` is empty: the stop string fires at once)."""
+
+    completion: str
+    confirmed_by: str
+
+
+@dataclass(frozen=True)
 class CueSet:
     """An immutable set of switch cues, from an artifact or given inline."""
 
@@ -82,20 +92,39 @@ class CueSet:
         return tuple(stops)
 
     @cached_property
-    def _awaiting_boundary(self) -> tuple[str, ...]:
-        return tuple(
-            left + cue for cue in self.cues if cue[-1].isalnum() for left in LEFT_BOUNDARIES
-        )
+    def _pending(self) -> dict[str, PendingCue]:
+        pending: dict[str, PendingCue] = {}
+        for cue in self.cues:
+            word = cue.rstrip()
+            if word[-1].isalnum():  # "Now", "So ": the hand-off is here once a space follows
+                spaces = "".join(b for b in RIGHT_BOUNDARIES if not b.strip())
+                confirm = spaces if word == cue else cue[len(word)]
+                for left in LEFT_BOUNDARIES:
+                    pending.setdefault(left + word, PendingCue("", confirm))
+            elif len(word) > 1 and word[-2].isalnum():  # "Therefore,": after its mark
+                for left in LEFT_BOUNDARIES:  # preferred where "X" and "X," are both cues
+                    pending[left + word[:-1]] = PendingCue(word[-1], "")
+        return pending
 
-    def awaits_boundary(self, text: str) -> bool:
-        """Whether `text` ends in a cue that is whole once a right boundary follows.
+    @cached_property
+    def _pending_ends(self) -> tuple[str, ...]:
+        return tuple(sorted(self._pending, key=len, reverse=True))
 
-        Such a cue's stop string fires only with the next token (`` Now`` becomes `` Now ``
-        or ``Nowhere``); the relay may open the small model's request meanwhile::
+    def pending(self, text: str) -> PendingCue | None:
+        """The cue that the next token may complete at the end of `text`, if any.
 
-            CueSet.from_list(["Now", "Therefore,"]).awaits_boundary("x. Now")  # True
+        `` Now`` hands off at its end once a space follows (`` Now we``, not ``Nowhere``;
+        after ``Now,`` the hand-off is past the comma), `` Therefore`` hands off past the
+        comma once it is written. Where both ``X`` and ``X,`` are cues, the comma is
+        expected::
+
+            cues = CueSet.from_list(["Now", "Therefore,"])
+            cues.pending("x. Now")  # PendingCue(completion='', confirmed_by=' \\n')
+            cues.pending("x. Therefore")  # PendingCue(completion=',', confirmed_by='')
         """
-        return text.endswith(self._awaiting_boundary)
+        if not text.endswith(self._pending_ends):
+            return None
+        return next(self._pending[end] for end in self._pending_ends if text.endswith(end))
 
     @cached_property
     def _pattern(self) -> re.Pattern[str]:

@@ -245,11 +245,10 @@ class Generation:
         if upcoming.cap is not None:
             allowance = min(allowance, upcoming.cap)
         if allowance > 0:
-            request = self._request(upcoming.role, allowance, upcoming.stops, None)
+            target = self.transcript + upcoming.completion
+            request = self._request(upcoming.role, allowance, upcoming.stops, None, target)
             endpoint = self.endpoints[upcoming.role]
-            self._ahead = HeadStart(
-                endpoint, upcoming, request, self._numbered(request), self.transcript
-            )
+            self._ahead = HeadStart(endpoint, upcoming, request, self._numbered(request), target)
 
     async def _drop_ahead(self) -> None:
         if self._ahead is not None:
@@ -317,12 +316,15 @@ class Generation:
         max_tokens: int,
         stops: Sequence[str],
         extra_body: Mapping[str, Any] | None,
+        transcript: str | None = None,
     ) -> CompletionRequest:
+        """The request `role` sends to write on from `transcript` (default: the one so far)."""
+        transcript = self.transcript if transcript is None else transcript
         body = {**self.extra_body, **(extra_body or {})}
         if self.request_hook is not None:
-            body.update(self.request_hook(role, self.phase, self.transcript))
+            body.update(self.request_hook(role, self.phase, transcript))
         return CompletionRequest(
-            prompt=self.prompts[role].text + self.transcript,
+            prompt=self.prompts[role].text + transcript,
             max_tokens=max_tokens,
             stop=tuple(stops),
             sampling=self.sampling.request_fields(self.config.endpoint(role).sampling),

@@ -33,8 +33,11 @@ class NextTurn:
 
     role: ModelRole
     stops: Sequence[str]
+    completion: str
+    """What the next token must write for the hand-off (a cue's comma), or nothing."""
     confirmed_by: str
-    """The characters that confirm the hand-off when the text goes on with one of them."""
+    """Characters that confirm the hand-off when the text goes on with one of them (none:
+    the stop string fires once the completion is written)."""
     cap: int | None = None
 
 
@@ -57,11 +60,14 @@ class HeadStart:
         self._first = asyncio.create_task(_first_piece(self._stream))
 
     def may_serve(self, transcript: str) -> bool:
-        """Whether `transcript` (the current request's text so far) may still hand off here:
-        it has not gone on, or went on with a confirming character (the server stops there;
-        whether the final text comes in the same chunk or the next differs by server)."""
+        """Whether `transcript` (the current request's text so far) may still hand off where
+        this request starts: it has not reached that point yet, or went on past it with a
+        confirming character (the server stops there; whether the stop's text comes in the
+        request's last chunk or one before differs by server)."""
+        if self.transcript.startswith(transcript):
+            return True
         following = transcript[len(self.transcript) : len(self.transcript) + 1]
-        return transcript.startswith(self.transcript) and following in ("", *self.confirmed_by)
+        return transcript.startswith(self.transcript) and following in self.confirmed_by
 
     def serves(self, role: ModelRole, request: CompletionRequest, transcript: str) -> bool:
         """Whether this is the request a turn of `role` would send now, at `transcript`."""

@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from .config import CONTEXT_MARGIN, ModelRole, RelayConfig, SamplingConfig
-from .cues import RIGHT_BOUNDARIES, CueSet
+from .cues import CueSet
 from .endpoint import Endpoint, UpstreamFailure
 from .errors import ContextOverflowError, CueArtifactError, EndpointError
 from .generation import Anticipate, Decide, Generation, RequestEnd, RequestHook
@@ -229,7 +229,7 @@ class RelaySwitcher:
         return (self.config.markers.end, *SENTENCE_STOPS)
 
     def _before_cue(self, run: Generation) -> Anticipate | None:
-        """The small turn, when the large model's text ends in a cue awaiting its boundary."""
+        """The small turn, when the large model's text ends one token short of a cue."""
         policy = self.config.policy
         if not policy.speculative_handoff:
             return None
@@ -237,13 +237,13 @@ class RelaySwitcher:
         def anticipate(turn_tokens: int) -> NextTurn | None:
             if run.phase != "reasoning" or not run.small_available:
                 return None
-            if turn_tokens <= policy.cooldown_tokens or not self.cues.awaits_boundary(
-                run.transcript
-            ):
+            if turn_tokens <= policy.cooldown_tokens:
                 return None
-            return NextTurn(
-                "small", self._small_stops(), "".join(RIGHT_BOUNDARIES), policy.max_small_tokens
-            )
+            cue = self.cues.pending(run.transcript)
+            if cue is None:
+                return None
+            cap = policy.max_small_tokens
+            return NextTurn("small", self._small_stops(), cue.completion, cue.confirmed_by, cap)
 
         return anticipate
 
@@ -255,7 +255,7 @@ class RelaySwitcher:
         def anticipate(turn_tokens: int) -> NextTurn | None:
             if run.phase != "reasoning" or not may_end_here(run.transcript):
                 return None
-            return NextTurn("large", self._large_stops(run), " \n")
+            return NextTurn("large", self._large_stops(run), "", " \n")
 
         return anticipate
 

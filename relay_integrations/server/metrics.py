@@ -55,6 +55,12 @@ class RelayMetrics:
         self.switches = Counter(
             "relay_switches", "Hand-offs of the reasoning to the small model", registry=r
         )
+        self.speculative = Counter(
+            "relay_speculative_requests",
+            "Requests opened ahead of a hand-off (SwitchPolicy.speculative_handoff), by outcome",
+            ["outcome"],
+            registry=r,
+        )
         self.segment_seconds = Histogram(
             "relay_segment_seconds",
             "Wall time of one segment (one model writing without interruption)",
@@ -87,6 +93,8 @@ class RelayMetrics:
         if result.completion_tokens:
             self.large_share.observe(result.stats.large_share)
         self.switches.inc(result.stats.switches)
+        self.speculative.labels("used").inc(result.stats.speculative_handoffs)
+        self.speculative.labels("closed").inc(result.stats.speculative_misses)
         for segment in result.segments:
             self.segment_seconds.labels(segment.model, segment.phase).observe(segment.seconds)
         self.generation_seconds.observe(result.stats.total_seconds)

@@ -49,7 +49,7 @@ class TokenForcing:
 
     def body(self, transcript: str) -> dict[str, Any]:
         if not self.trace.startswith(transcript):
-            raise AssertionError(f"left the trace at {transcript[-60:]!r}")
+            return {}  # a request opened ahead of a hand-off the trace does not make
         rest = self.rests.get(len(transcript))
         if rest is None:
             self.fallbacks += 1

@@ -348,6 +348,8 @@ class ScriptedVLLM:
                 raise ConnectionResetError("injected cut")
             n += 1
             outcome.generated = n
+            if model.token_delay:  # a decoding step, the one that writes a stop string too
+                await asyncio.sleep(model.token_delay)
             before = len(text)
             text += token
             hit = None
@@ -362,8 +364,6 @@ class ScriptedVLLM:
                 end = at + len(outcome.stop_reason) if include else at
                 yield text[before:end] if end > before else ""
                 break
-            if model.token_delay:
-                await asyncio.sleep(model.token_delay)
             yield token
         outcome.usage = {
             "prompt_tokens": len(prompt_tokens),

@@ -121,6 +121,53 @@ async def test_qwen_relay_segments_writers_and_text(qwen_large: Server, qwen_sma
     check_stream_matches_result(events, result)
 
 
+async def test_speculative_handoff_changes_when_requests_go_out_not_what_they_write(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    """With and without it: the same segments, texts and tokens; with it, the request after
+    " Now" (and after "too." and "holds.") goes out before the large model's (small model's)
+    confirming token, i.e. before the segment that leads to it has ended."""
+    outcomes, orders = {}, {}
+    for speculative in (False, True):
+        order: list[str] = []
+        hook = forcing(QWEN_TRACE)
+
+        def recording(role, phase, transcript, hook=hook, order=order):
+            order.append(f"request {role}")
+            return hook(role, phase, transcript)
+
+        config = qwen_config(qwen_large, qwen_small, speculative_handoff=speculative)
+        async with RelaySwitcher(config) as relay:
+            async for event in relay.stream(QUESTION, request_hook=recording):
+                if isinstance(event, SegmentDone):
+                    order.append(f"{event.segment.model} ended by {event.segment.ended_by}")
+                elif isinstance(event, RelayDone):
+                    outcomes[speculative] = event.result
+        orders[speculative] = order
+    off, on = outcomes[False], outcomes[True]
+    assert on.text == off.text == QWEN_TRACE
+    assert [
+        (s.model, s.ended_by, s.cue, s.text, s.usage.completion_tokens) for s in on.segments
+    ] == [(s.model, s.ended_by, s.cue, s.text, s.usage.completion_tokens) for s in off.segments]
+    assert {r: u.completion_tokens for r, u in on.usage.items()} == {
+        r: u.completion_tokens for r, u in off.usage.items()
+    }
+    assert off.stats.speculative_handoffs == off.stats.speculative_misses == 0
+    assert on.stats.speculative_handoffs >= 2  # " Now" -> small, and at least one "." -> large
+    # without it, the small model's request follows the end of each large segment; with it,
+    # the one after " Now" (the second cue) is built before that segment has ended
+    cues = {m: [i for i, e in enumerate(orders[m]) if e == "large ended by cue"] for m in orders}
+    assert [orders[False][i + 1] for i in cues[False]] == ["request small"] * 3
+    assert orders[True][cues[True][1] - 1] == "request small"
+    # the requests opened ahead and not used are closed: nothing runs on after the generation
+    for root in (qwen_large.root, qwen_small.root):
+        for _ in range(50):
+            if await running_requests(root) == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert await running_requests(root) == 0
+
+
 async def test_later_generations_reuse_the_first_ones_connections(
     qwen_large: Server, qwen_small: Server
 ) -> None:
@@ -219,19 +266,26 @@ async def test_small_endpoint_refusing_connections_mid_generation(
     assert result.segments[-1].model == "large" and result.answer == "The answer is 12."
 
 
+@pytest.mark.parametrize("speculative", [False, True])
 async def test_small_endpoint_refusing_with_raise_policy_keeps_partial_text(
-    qwen_large: Server, qwen_small: Server
+    qwen_large: Server, qwen_small: Server, speculative: bool
 ) -> None:
     host, port = qwen_small.root.removeprefix("http://").split(":")
     async with TcpProxy(host, int(port)) as proxy:
         config = qwen_config(
-            qwen_large, qwen_small, small_url=proxy.base_url, on_small_failure="raise"
+            qwen_large,
+            qwen_small,
+            small_url=proxy.base_url,
+            on_small_failure="raise",
+            speculative_handoff=speculative,
         )
         async with RelaySwitcher(config) as relay:
             with pytest.raises(EndpointError) as caught:
                 async for event in relay.stream(QUESTION, request_hook=forcing(QWEN_TRACE)):
-                    if isinstance(event, SegmentDone):
-                        await proxy.refuse()  # gone before the small model's first request
+                    # gone before the small model's first request: it goes out at the end of
+                    # the first segment, or (opened ahead) at " Therefore"
+                    if isinstance(event, SegmentDone if not speculative else TextDelta):
+                        await proxy.refuse()
     assert caught.value.role == "small"
     assert caught.value.partial is not None
     assert caught.value.partial.text == "<think>\nLet me compute the total. Therefore,"

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from relay_integrations.core import CueArtifactError, CueSet, load_artifact
-from relay_integrations.core.cues import LEFT_BOUNDARIES
+from relay_integrations.core.cues import LEFT_BOUNDARIES, PendingCue
 
 
 @pytest.mark.parametrize(
@@ -155,3 +155,41 @@ def test_missing_artifact_and_unknown_builtin() -> None:
         load_artifact("/nonexistent/cues.json")
     with pytest.raises(CueArtifactError, match="choose one of"):
         load_artifact("builtin:gpt-5--gpt-nano")
+
+
+def test_a_pending_cue_hands_off_where_it_said_when_the_next_characters_confirm_it() -> None:
+    """What the speculative hand-off relies on: where `pending` says a cue awaits one more
+    token, and the text goes on with its completion and a confirming character, the first
+    whole-word match hands off exactly at the end plus the completion."""
+    cues = CueSet.load("builtin:qwen3-32b--qwen3-1.7b")
+    words = ["So", "Now", "now", "Nowhere", "Therefore", "Thus", "Also", "Other", "Wait", "x"]
+    seps = [" ", ", ", ". ", "\n", ": ", "-"]
+    rng = random.Random(11)
+    confirmed = refuted = 0
+    for _ in range(2000):
+        text = "".join(rng.choice(words) + rng.choice(seps) for _ in range(6))
+        first = next(cues.finditer(text), None)
+        for end in range(1, (first.handoff if first else len(text)) + 1):
+            pending = cues.pending(text[:end])
+            if pending is None:
+                continue
+            rest = text[end:]
+            after = rest[len(pending.completion) :][:1]
+            confirms = not pending.confirmed_by or (after != "" and after in pending.confirmed_by)
+            if rest.startswith(pending.completion) and confirms:
+                assert first is not None and first.handoff == end + len(pending.completion), text
+                confirmed += 1
+            else:
+                refuted += 1
+    assert confirmed > 300 and refuted > 300
+
+
+def test_pending_cues() -> None:
+    cues = CueSet.from_list(["Now", "Therefore,", "So ", "Thus", "Thus,"])
+    assert cues.pending("x. Now") == PendingCue("", " \n")  # "Now," hands off past the comma
+    assert cues.pending("x.\nTherefore") == PendingCue(",", "")
+    assert cues.pending("x. So") == PendingCue("", " ")
+    assert cues.pending("x. Thus") == PendingCue(",", "")  # both "Thus" and "Thus,": the comma
+    assert cues.pending("x.Now") is None  # no left boundary
+    assert cues.pending("x. Therefore,") is None  # complete: its stop string has fired
+    assert cues.pending("x. Nowhere") is None

@@ -3,6 +3,7 @@
 import pytest
 
 from relay_integrations.core import find_sentence_end, is_sentence_end
+from relay_integrations.core.sentences import may_end_here
 
 
 @pytest.mark.parametrize(
@@ -50,3 +51,25 @@ def test_find_sentence_end_skips_decimals_and_abbreviations() -> None:
 def test_find_sentence_end_none_without_an_end() -> None:
     assert find_sentence_end(" no end in sight", 0) is None
     assert find_sentence_end("Ends at the very end.", 0) is None  # nothing follows the mark yet
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("So x is seven.", True),
+        ("Is it 4?", True),
+        ("Yes!", True),
+        ("So x is 7.", False),  # 7.5 may follow
+        ("Look at e.g.", False),
+        ("Steps:\n1.", False),
+        ("So $x = 3 y.", False),  # inside math
+        ("So x is seven", False),
+        ("", False),
+    ],
+)
+def test_may_end_here(text: str, expected: bool) -> None:
+    """Where the relay may open the large model's request before the small model's next
+    token confirms the sentence end."""
+    assert may_end_here(text) is expected
+    if expected:  # the runtime's own check agrees once the space comes
+        assert is_sentence_end(text + " ")

@@ -1,0 +1,167 @@
+"""The speculative hand-off (``SwitchPolicy.speculative_handoff``) against the scripted fake.
+
+The next model's request goes out where the text reaches a hand-off that waits for its
+confirming token, and is used only if it is the request the next turn would send; nothing
+else about a generation changes. Proven on real vLLM in tests/integration/test_relay_real_vllm.
+"""
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from relay_integrations.core import (
+    EndpointConfig,
+    RelayConfig,
+    RelayResult,
+    RelaySwitcher,
+    SamplingConfig,
+    SwitchPolicy,
+    TextDelta,
+)
+from tests.fakes.scripted_vllm import ASSISTANT, ScriptedModel, ScriptedVLLM
+
+# " Therefore" waits for its comma, " Now" for " we", "e." for "g" (refuted: "e.g." goes on),
+# "sum." for " It"
+TRACE = (
+    "<think>\nLet me see. Therefore, the sum is 4. Then we go on. Now we check e.g. the sum. "
+    "It is right.\n</think>\n\nThe answer is 4."
+)
+MESSAGES = [{"role": "user", "content": "What is 2 + 2?"}]
+
+
+def make_config(server: ScriptedVLLM, speculative: bool, **policy: object) -> RelayConfig:
+    return RelayConfig(
+        large=EndpointConfig(base_url=server.base_url, model="large"),
+        small=EndpointConfig(base_url=server.base_url, model="small"),
+        cues=["Therefore,", "Now"],
+        policy=SwitchPolicy.model_validate({**policy, "speculative_handoff": speculative}),
+    )
+
+
+def following(trace: str) -> Callable[[str, dict[str, Any]], str]:
+    """The trace's rest, or its answer once the relay has closed the reasoning itself."""
+
+    def respond(prompt: str, body: dict[str, Any]) -> str:
+        generated = prompt.split(ASSISTANT, 1)[1]
+        if trace.startswith(generated):
+            return trace[len(generated) :]
+        return trace[trace.index("</think>") + len("</think>") :]
+
+    return respond
+
+
+async def relay_once(
+    trace: str, speculative: bool, max_tokens: int = 4096, **policy: object
+) -> RelayResult:
+    large = ScriptedModel("large", trace, respond=following(trace))
+    small = ScriptedModel("small", trace, respond=following(trace))
+    async with (
+        ScriptedVLLM(large, small) as server,
+        RelaySwitcher(make_config(server, speculative, **policy)) as relay,
+    ):
+        return await relay.generate(MESSAGES, sampling=SamplingConfig(max_tokens=max_tokens))
+
+
+def outcome(result: RelayResult) -> object:
+    """Everything a caller sees of a generation but its timing and prefix-cache hits."""
+    return (
+        result.text,
+        result.finish_reason,
+        [
+            (s.model, s.phase, s.ended_by, s.cue, s.text, s.usage.completion_tokens)
+            for s in result.segments
+        ],
+        {r: (u.prompt_tokens, u.completion_tokens, u.requests) for r, u in result.usage.items()},
+    )
+
+
+async def test_the_generation_is_the_same_with_and_without_it() -> None:
+    off, on = await relay_once(TRACE, False), await relay_once(TRACE, True)
+    assert off.text == TRACE
+    assert outcome(on) == outcome(off)
+    # " Therefore" (its comma to come) -> small, " Now" -> small and "sum." -> large went out
+    # ahead; "e." was refuted by "g"
+    assert (on.stats.speculative_handoffs, on.stats.speculative_misses) == (3, 1)
+    assert (off.stats.speculative_handoffs, off.stats.speculative_misses) == (0, 0)
+
+
+@pytest.mark.parametrize("max_tokens", range(24, 72, 3))
+async def test_budgets_come_out_the_same(max_tokens: int) -> None:
+    """The request opened ahead carries the allowance the turn would give it, or is not used."""
+    off = await relay_once(TRACE, False, max_tokens, answer_reserve_tokens=4)
+    on = await relay_once(TRACE, True, max_tokens, answer_reserve_tokens=4)
+    assert outcome(on) == outcome(off)
+    assert on.completion_tokens <= max_tokens
+
+
+async def test_the_small_request_goes_out_while_the_large_model_writes_the_next_token() -> None:
+    large = ScriptedModel("large", TRACE, token_delay=0.05)
+    helper = ScriptedModel("helper", TRACE)
+    large_busy: list[int] = []
+
+    def respond(prompt: str, body: dict[str, object]) -> str:
+        large_busy.append(large.active)
+        return helper.continuation(prompt, body)
+
+    small = ScriptedModel("small", TRACE, respond=respond)
+    async with (
+        ScriptedVLLM(large, small) as server,
+        RelaySwitcher(make_config(server, speculative=True)) as relay,
+    ):
+        result = await relay.generate(MESSAGES)
+    assert result.text == TRACE
+    # the small model's requests after " Therefore" and " Now" go out while the large model
+    # writes "," and " we"
+    assert large_busy[:2] == [1, 1]
+
+
+async def test_a_refuted_hand_off_closes_the_request_opened_for_it() -> None:
+    trace = (
+        "<think>\nLet us add the two. Now-a-days we add. Therefore, it is 4.\n</think>\n\nIt is 4."
+    )
+    large = ScriptedModel("large", trace, token_delay=0.05)
+    small = ScriptedModel("small", trace, token_delay=0.05)  # still writing when closed
+    async with (
+        ScriptedVLLM(large, small) as server,
+        RelaySwitcher(make_config(server, speculative=True)) as relay,
+    ):
+        result = await relay.generate(MESSAGES)
+    assert result.text == trace
+    assert [s.cue for s in result.segments if s.ended_by == "cue"] == ["Therefore,"]
+    assert result.stats.speculative_misses == 1  # " Now" went on with "-"
+    assert small.cut_short == 1 and small.active == 0
+    assert result.usage["small"].requests == 2  # the sentence after "Therefore,", the answer
+
+
+async def test_cancelling_closes_a_request_opened_ahead() -> None:
+    large = ScriptedModel("large", TRACE, token_delay=0.2)  # " we" comes 0.2 s after " Now"
+    small = ScriptedModel("small", TRACE, token_delay=0.05)
+    async with (
+        ScriptedVLLM(large, small) as server,
+        RelaySwitcher(make_config(server, speculative=True)) as relay,
+    ):
+        said: list[str] = []
+
+        async def consume() -> None:
+            async for event in relay.stream(MESSAGES):
+                if isinstance(event, TextDelta):
+                    said.append(event.text)
+
+        task = asyncio.create_task(consume())
+        for _ in range(1000):
+            if "".join(said).endswith(" Now") and small.active == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert "".join(said).endswith(" Now") and small.active == 1  # opened ahead
+        assert large.active == 1  # the large model is writing " we"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(100):
+            if large.active == small.active == 0:
+                break
+            await asyncio.sleep(0.01)
+    assert large.active == small.active == 0
+    assert small.cut_short >= 1 and large.cut_short == 1
