@@ -5,6 +5,7 @@
 #   scripts/demo_server.sh start    # set up venv + models if needed, start (or reuse), wait
 #   scripts/demo_server.sh stop     # stop the servers started by `start` (by their PIDs)
 #   scripts/demo_server.sh status   # say whether they answer
+#   scripts/demo_server.sh env      # the pair as RELAY_TEST_* variables (the cross-family tests)
 #
 #   the pair (default): Gemma 3 270M (base) as the large model on $RELAY_DEMO_PORT (core 0),
 #     served as "gemma-3-270m"; SmolLM2-135M-Instruct as the small one on the next port
@@ -187,12 +188,23 @@ cmd_status() {
   return "$ok"
 }
 
+cmd_env() {
+  local line
+  for line in "${SERVERS[@]}"; do
+    local key
+    key="$(tr '[:lower:]-' '[:upper:]_' <<<"$(field "$line" 0)")"
+    echo "export RELAY_TEST_${key}_URL=http://127.0.0.1:$(field "$line" 4)/v1"
+    echo "export RELAY_TEST_${key}_MODEL=$(field "$line" 3)"
+  done
+}
+
 case "${1:-}" in
   start) cmd_start ;;
+  env) cmd_env ;;
   stop) for line in "${SERVERS[@]}"; do stop_one "$line"; done ;;
   status) cmd_status ;;
   *)
-    echo "usage: $0 start|stop|status" >&2
+    echo "usage: $0 start|stop|status|env" >&2
     exit 2
     ;;
 esac

@@ -1,8 +1,9 @@
 """Real vLLM servers for the integration tests.
 
 ``scripts/vllm_servers.sh start`` starts them and ``scripts/vllm_servers.sh env`` prints the
-variables read here. Without them these tests skip, unless ``RELAY_REQUIRE_VLLM=1`` (as in
-``scripts/test`` and CI), where a missing server is a failure.
+variables read here (``scripts/demo_server.sh start`` and ``env`` for the Gemma-SmolLM2 pair).
+Without them these tests skip, unless ``RELAY_REQUIRE_VLLM=1`` (as in ``scripts/test`` and
+CI), where a missing server is a failure.
 """
 
 from __future__ import annotations
@@ -65,6 +66,20 @@ def stock() -> Server:
         _env("RELAY_TEST_STOCK_LARGE_MODEL"),
         _env("RELAY_TEST_STOCK_SMALL_MODEL"),
     )
+
+
+@pytest.fixture(scope="session")
+def gemma() -> Server:
+    """The demo's large model: Gemma 3 270M (base; 262,144-token vocabulary, its own worked-
+    example chat template), from ``scripts/demo_server.sh start``."""
+    return Server(_env("RELAY_TEST_GEMMA_URL"), _env("RELAY_TEST_GEMMA_MODEL"), "")
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Server:
+    """The demo's small model: SmolLM2-135M-Instruct (Llama architecture, 49,152-token
+    vocabulary, ChatML template), from ``scripts/demo_server.sh start``."""
+    return Server(_env("RELAY_TEST_SMOLLM2_URL"), "", _env("RELAY_TEST_SMOLLM2_MODEL"))
 
 
 async def vllm_metric(root: str, name: str) -> float:

@@ -175,7 +175,7 @@ async def test_the_small_model_scores_what_it_sees_at_run_time(
         assert scored_text.startswith(prompt + transcript)
 
 
-@pytest.mark.parametrize("server_name", ["qwen_small", "r1"])
+@pytest.mark.parametrize("server_name", ["qwen_small", "r1", "smollm2"])
 async def test_a_margin_belongs_to_the_token_it_is_placed_at(
     server_name: str, request: pytest.FixtureRequest
 ) -> None:
