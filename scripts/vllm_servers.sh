@@ -19,6 +19,7 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$REPO/scripts/lib.sh"
 VENV="${RELAY_VLLM_VENV:-$REPO/.cache/vllm-venv}"
 MODELS_DIR="${RELAY_MODELS_DIR:-$REPO/.cache/models}"
 LOG_DIR="$REPO/.cache/logs"
@@ -100,14 +101,6 @@ cmd_setup_venv() {
   fi
 }
 
-field() { # field LINE INDEX
-  local IFS='|'
-  # shellcheck disable=SC2206
-  local parts=($1)
-  printf '%s' "${parts[$2]:-}"
-}
-
-pid_alive() { [[ -n "${1:-}" ]] && kill -0 "$1" 2>/dev/null; }
 
 read_pid() { [[ -f "$RUN_DIR/$1.pid" ]] && cat "$RUN_DIR/$1.pid" || true; }
 
