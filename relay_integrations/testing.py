@@ -14,9 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .core.config import ModelRole
-from .core.generation import RequestHook
-from .core.result import Phase
+from .core.config import ModelRole, Phase, RequestHook
 
 _META = set("\\.^$*+?{}[]|()")
 

@@ -70,7 +70,7 @@ from relay_integrations.core.chat import (
     stream_chat,
 )
 from relay_integrations.core.client_shards import DEFAULT_SHARD_SIZE, ClientShards
-from relay_integrations.progress import Progress
+from relay_integrations.jobs.progress import Progress
 
 CUES = ["Therefore,", "Now"]  # tests.fakes.capable_model.CAPABLE_CUES
 EXPECTED_SWITCHES = 2  # the capable model's reasoning has one "Therefore," and one "Now"

@@ -16,10 +16,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..core.config import CONTEXT_MARGIN, ModelRole, SamplingConfig
+from ..core.config import CONTEXT_MARGIN, ModelRole, RequestHook, SamplingConfig
 from ..core.endpoint import CompletionRequest
 from ..core.errors import RelayError
-from ..core.generation import RequestHook
 from ..core.reasoning import PromptReasoning, split_reasoning
 from ..core.rendering import ChatInput
 from ..core.result import RelayResult

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..calibration.datasets import DatasetError, ProblemSet
+from ..jobs.datasets import DatasetError, ProblemSet
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 CHOICE_INSTRUCTION = (

@@ -16,14 +16,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..calibration.concurrency import run_bounded
-from ..calibration.datasets import DatasetError
-from ..core.config import RelayConfig
+from ..core.config import RelayConfig, RequestHook
 from ..core.cues import CueSet
-from ..core.generation import RequestHook
 from ..core.switcher import RelaySwitcher
-from ..progress import Progress
-from ..records import RecordFile
+from ..jobs.concurrency import run_bounded
+from ..jobs.datasets import DatasetError
+from ..jobs.progress import Progress
+from ..jobs.records import RecordFile
 from .generate import MODES, BenchRecord, Mode, generate
 from .problems import Problem, Problems
 from .stats import latest

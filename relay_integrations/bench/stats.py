@@ -3,10 +3,15 @@
 pass@1 is the mean over problems of each problem's share of correct samples; its standard
 error is over problems (the unit that was sampled): ``stdev(per-problem means) / sqrt(P)``.
 Latency is the caller's wall time per generation; the speedup of a mode is the mean latency of
-``large`` divided by its own. The large-model share is token-weighted over all generations::
+``large`` divided by its own. Modes write different lengths, so each also has its time per
+written token (all its seconds over all its tokens), and the relay's has a prediction beside it:
+``s * large + (1 - s) * small``, the two models' own times per token weighted by the relay's
+large-model share ``s`` (the ``s + (1 - s)/r`` of ``docs/benchmarks.md``, in milliseconds). The
+large-model share is token-weighted over all generations::
 
     summaries = summarize(records)
     summaries["relay"].pass_at_1, summaries["relay"].speedup
+    summaries["relay"].ms_per_token, summaries["relay"].predicted_ms_per_token
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ class ModeSummary(BaseModel):
     mean_seconds: float
     p90_seconds: float
     speedup: float | None
+    ms_per_token: float | None
+    predicted_ms_per_token: float | None = None
     large_share: float
     switches_per_generation: float
     tokens_per_generation: dict[str, float]
@@ -55,7 +62,18 @@ def summarize(records: Iterable[BenchRecord]) -> dict[Mode, ModeSummary]:
         baseline = summaries["large"].mean_seconds
         for summary in summaries.values():
             summary.speedup = baseline / summary.mean_seconds if summary.mean_seconds else None
+    if "relay" in summaries:
+        summaries["relay"].predicted_ms_per_token = _predicted_ms_per_token(summaries)
     return summaries
+
+
+def _predicted_ms_per_token(summaries: dict[Mode, ModeSummary]) -> float | None:
+    """The relay's time per token if each model wrote its share at its own speed alone."""
+    large, small = summaries.get("large"), summaries.get("small")
+    if large is None or small is None or large.ms_per_token is None or small.ms_per_token is None:
+        return None
+    share = summaries["relay"].large_share
+    return share * large.ms_per_token + (1 - share) * small.ms_per_token
 
 
 def latest(records: Iterable[BenchRecord]) -> list[BenchRecord]:
@@ -83,6 +101,7 @@ def _summary(mode: Mode, records: list[BenchRecord], errors: int) -> ModeSummary
             mean_seconds=0.0,
             p90_seconds=0.0,
             speedup=None,
+            ms_per_token=None,
             large_share=0.0,
             switches_per_generation=0.0,
             tokens_per_generation={},
@@ -109,6 +128,7 @@ def _summary(mode: Mode, records: list[BenchRecord], errors: int) -> ModeSummary
         mean_seconds=sum(seconds) / len(seconds),
         p90_seconds=percentile(seconds, 0.9),
         speedup=None,
+        ms_per_token=1000 * sum(seconds) / written if written else None,
         large_share=large / written if written else 0.0,
         switches_per_generation=sum(r.switches for r in records) / len(records),
         tokens_per_generation=dict(tokens),

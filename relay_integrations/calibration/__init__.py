@@ -6,9 +6,9 @@ after it. The result is a :class:`~relay_integrations.core.artifact.CueArtifact`
 switcher loads. ``relaygen calibrate`` runs it all from the command line.
 """
 
+from ..jobs.datasets import DatasetError, ProblemSet
 from .calibrator import CalibrationOutcome, Calibrator, NoCueSelected
 from .candidates import DEFAULT_CANDIDATES
-from .datasets import DatasetError, ProblemSet
 from .scoring import ScoringError, TraceScorer
 from .statistics import CalibrationStatistics, ScoredTrace, cue_statistics
 from .traces import Trace, TraceFile, ready_traces, write_traces

@@ -40,10 +40,10 @@ from ..core.config import EndpointConfig, ReasoningMarkers, SamplingConfig
 from ..core.endpoint import Endpoint
 from ..core.errors import RelayError
 from ..core.rendering import CachingRenderer, PromptRenderer, ServerChatTemplate
-from ..progress import Progress
+from ..jobs.concurrency import run_bounded
+from ..jobs.datasets import ProblemSet
+from ..jobs.progress import Progress
 from .candidates import DEFAULT_CANDIDATES
-from .concurrency import run_bounded
-from .datasets import ProblemSet
 from .scoring import TraceScorer
 from .statistics import CalibrationStatistics, ScoredTrace, cue_statistics
 from .traces import RequestFields, Trace, TraceFile, write_traces

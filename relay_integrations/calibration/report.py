@@ -15,7 +15,7 @@ import csv
 from pathlib import Path
 
 from ..core.artifact import CalibrationRecord, CueStatistics
-from ..plotting import pyplot
+from ..jobs.plotting import pyplot
 
 CSV_COLUMNS = (
     "cue",

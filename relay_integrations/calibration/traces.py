@@ -25,10 +25,10 @@ from ..core.config import CONTEXT_MARGIN, ReasoningMarkers, SamplingConfig, Samp
 from ..core.endpoint import CompletionRequest, Endpoint
 from ..core.reasoning import PromptReasoning, split_reasoning
 from ..core.rendering import ChatInput, PromptRenderer
-from ..progress import Progress
-from ..records import RecordFile
-from .concurrency import run_bounded
-from .datasets import DatasetError, ProblemSet, chat_messages, text_sha256
+from ..jobs.concurrency import run_bounded
+from ..jobs.datasets import DatasetError, ProblemSet, chat_messages, text_sha256
+from ..jobs.progress import Progress
+from ..jobs.records import RecordFile
 
 RequestFields = Callable[[int, int], Mapping[str, Any]]
 """Extra request fields for (problem index, sample); tests force planted traces with it."""

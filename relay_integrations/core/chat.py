@@ -22,9 +22,8 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, overload
 
-from .config import ModelRole, SamplingConfig
+from .config import ModelRole, RequestHook, SamplingConfig
 from .constraints import calls_or_json, forced_call_schema, is_strict, strict_calls
-from .generation import RequestHook
 from .result import RelayDone, RelayResult, TextDelta
 from .switcher import RelaySwitcher
 from .tool_calls import InvalidToolCall, ToolCall, ToolCallStream, new_call_id, parse_call
@@ -166,6 +165,7 @@ class ChatResponse:
 
 
 ChatEvent = ReasoningDelta | ContentDelta | ToolCallDelta | ChatResponse
+AnswerPiece = str | ToolCall | InvalidToolCall
 
 
 @overload
@@ -192,22 +192,10 @@ async def stream_chat(
     constraint = request.answer_constraint()
     forced = bool(request.forced_tools)
     forced_id = new_call_id()  # the forced call's id, in its chunks and once it is whole
+    forced_json: list[str] = []  # a forced call's JSON as it is written, parsed at the end
     parser = ToolCallStream() if request.offered_tools and not forced else None
-    content: list[str] = []
-    calls: list[ToolCall | InvalidToolCall] = []
+    answer = _Answer()
     result: RelayResult | None = None
-
-    def emit(pieces: list[str | ToolCall | InvalidToolCall], model: ModelRole) -> list[ChatEvent]:
-        events: list[ChatEvent] = []
-        for piece in pieces:
-            if isinstance(piece, str):
-                content.append(piece)
-                events.append(ContentDelta(piece, model))
-            else:
-                calls.append(piece)
-                events.append(ToolCallDelta(len(calls) - 1, piece))
-        return events
-
     async for event in switcher.stream(
         request.messages,
         tools=request.offered_tools or None,
@@ -223,38 +211,62 @@ async def stream_chat(
             if event.phase == "reasoning":
                 yield ReasoningDelta(event.text, event.model)
             elif forced:
-                content.append(event.text)  # JSON of the call: parsed at the end
+                forced_json.append(event.text)
                 if partial_calls:
                     yield ToolCallChunk(0, forced_id, event.text)
-            elif parser is not None:
-                for chat_event in emit(parser.feed(event.text), event.model):
-                    yield chat_event
             else:
-                for chat_event in emit([event.text], event.model):
+                pieces: list[AnswerPiece] = (
+                    [event.text] if parser is None else parser.feed(event.text)
+                )
+                for chat_event in answer.add(pieces, event.model):
                     yield chat_event
         elif isinstance(event, RelayDone):
             result = event.result
     assert result is not None, "a relay stream always ends with RelayDone"
     last_model = result.segments[-1].model if result.segments else "large"
     if forced:
-        call_text, content = "".join(content), []
-        call = replace(_forced_call(call_text, result), id=forced_id)
-        for chat_event in emit([call], last_model):
+        call = replace(_forced_call("".join(forced_json), result), id=forced_id)
+        for chat_event in answer.add([call], last_model):
             yield chat_event
     elif parser is not None:
-        for chat_event in emit(parser.close(), last_model):
+        for chat_event in answer.add(parser.close(), last_model):
             yield chat_event
-    valid = [c for c in calls if isinstance(c, ToolCall)]
-    if not request.parallel_tool_calls:
-        valid = valid[:1]
-    yield ChatResponse(
-        content="".join(content).strip(),
-        reasoning=result.reasoning,
-        tool_calls=valid,
-        invalid_tool_calls=[c for c in calls if isinstance(c, InvalidToolCall)],
-        finish_reason="tool_calls" if valid else _finish(result),
-        result=result,
-    )
+    yield answer.response(result, request.parallel_tool_calls)
+
+
+@dataclass
+class _Answer:
+    """The answer as it streams: its text, and its tool calls numbered in answer order."""
+
+    content: list[str] = field(default_factory=list)
+    calls: list[ToolCall | InvalidToolCall] = field(default_factory=list)
+
+    def add(
+        self, pieces: list[str | ToolCall | InvalidToolCall], model: ModelRole
+    ) -> list[ChatEvent]:
+        """Take the parsed pieces of the answer; returns the events a chat client shows."""
+        events: list[ChatEvent] = []
+        for piece in pieces:
+            if isinstance(piece, str):
+                self.content.append(piece)
+                events.append(ContentDelta(piece, model))
+            else:
+                self.calls.append(piece)
+                events.append(ToolCallDelta(len(self.calls) - 1, piece))
+        return events
+
+    def response(self, result: RelayResult, parallel_tool_calls: bool) -> ChatResponse:
+        valid = [c for c in self.calls if isinstance(c, ToolCall)]
+        if not parallel_tool_calls:
+            valid = valid[:1]
+        return ChatResponse(
+            content="".join(self.content).strip(),
+            reasoning=result.reasoning,
+            tool_calls=valid,
+            invalid_tool_calls=[c for c in self.calls if isinstance(c, InvalidToolCall)],
+            finish_reason="tool_calls" if valid else _finish(result),
+            result=result,
+        )
 
 
 def openai_usage(result: RelayResult) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from typing import Any, Literal, TypeVar, overload
 from .chat import ChatEvent, ChatRequest, ChatResponse, ToolCallChunk, stream_chat
 from .config import RelayConfig
 from .cues import CueSet
+from .final_event import final_event
 from .rendering import PromptRenderer
 from .switcher import RelaySwitcher
 from .sync import shared_loop
@@ -75,10 +76,7 @@ class RelayClient:
 
     async def respond(self, request: ChatRequest) -> ChatResponse:
         """One chat turn, to its end."""
-        async for event in self.stream(request):
-            if isinstance(event, ChatResponse):
-                return event
-        raise AssertionError("a chat stream always ends with its response")
+        return await final_event(stream_chat(self.switcher(), request), ChatResponse)
 
     async def count_tokens(self, body: dict[str, Any]) -> int:
         """``POST /tokenize`` on the large model's server (a prompt, or messages and tools)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
@@ -25,6 +25,11 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from .habits import check_extra_body
 
 ModelRole = Literal["large", "small"]
+Phase = Literal["reasoning", "answer"]
+
+RequestHook = Callable[[ModelRole, Phase, str], Mapping[str, Any]]
+"""Extra request fields per request, from (model, phase, transcript so far); e.g. the
+forcing hooks of :mod:`relay_integrations.testing`."""
 
 CONTEXT_MARGIN = 16
 """Tokens kept free below a context window: text re-tokenized across models may grow."""

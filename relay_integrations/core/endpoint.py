@@ -33,7 +33,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from .client_shards import ClientShards
 from .config import EndpointConfig, ModelRole
-from .errors import RelayError
+from .errors import RelayError, UpstreamKind
 from .stream_stops import StreamStops
 from .upstream_errors import Tries, explain_failure
 
@@ -94,6 +94,15 @@ class UpstreamFailure(RelayError):
         super().__init__(f"{role} endpoint failed: {self.detail}")
         self.role = role
         self.cause = cause
+
+    @property
+    def kind(self) -> UpstreamKind:
+        """How it failed, by the SDK's exception: refused (400), timed out, or otherwise."""
+        if isinstance(self.cause, openai.BadRequestError):
+            return "rejected"
+        if isinstance(self.cause, openai.APITimeoutError):
+            return "timeout"
+        return "failed"
 
 
 class ModelInfo(BaseModel):

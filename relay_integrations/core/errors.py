@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from .config import CONTEXT_MARGIN, ModelRole
 
@@ -58,18 +58,30 @@ class ContextOverflowError(RelayError, ValueError):
         self.windows = windows
 
 
+UpstreamKind = Literal["rejected", "timeout", "failed"]
+"""How an upstream failed: it refused the request (400), it timed out, or anything else."""
+
+
 class EndpointError(RelayError):
     """An upstream endpoint failed (after retries) and the generation could not go on.
 
-    ``partial`` holds everything generated before the failure, so no work is lost::
+    ``partial`` holds everything generated before the failure, so no work is lost; ``kind``
+    says how it failed (``relaygen serve`` answers 400, 504 or 502 by it)::
 
         try:
             result = await switcher.generate(messages)
         except EndpointError as exc:
-            print(exc.role, exc.partial.text if exc.partial else "")
+            print(exc.role, exc.kind, exc.partial.text if exc.partial else "")
     """
 
-    def __init__(self, role: str, message: str, partial: RelayResult | None = None) -> None:
+    def __init__(
+        self,
+        role: ModelRole,
+        message: str,
+        partial: RelayResult | None = None,
+        kind: UpstreamKind = "failed",
+    ) -> None:
         super().__init__(f"{role} endpoint: {message}")
         self.role = role
         self.partial = partial
+        self.kind = kind

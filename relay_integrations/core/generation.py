@@ -9,11 +9,12 @@ server's prefix cache prefills only what that model has not seen.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .config import CONTEXT_MARGIN, ModelRole, RelayConfig, SamplingConfig
+from .config import CONTEXT_MARGIN, ModelRole, Phase, RelayConfig, RequestHook, SamplingConfig
 from .endpoint import (
     CompletionRequest,
     Endpoint,
@@ -27,7 +28,6 @@ from .rendering import RenderedPrompt
 from .result import (
     FinishReason,
     ModelUsage,
-    Phase,
     RelayResult,
     RelayStats,
     Segment,
@@ -35,21 +35,34 @@ from .result import (
     TextDelta,
 )
 
-RequestHook = Callable[[ModelRole, Phase, str], Mapping[str, Any]]
-"""Extra request fields per request, from (model, phase, transcript so far)."""
-
 
 @dataclass(frozen=True)
 class RequestEnd:
-    """How one request ended, as the turn's decision function sees it."""
+    """How one request ended, as the turn's decision function sees it: the server's finish
+    and stop reasons, the turn's tokens so far, and the transcript and phase it left."""
 
     finish_reason: str | None
     stop_reason: str | int | None
     turn_tokens: int
+    transcript: str
+    phase: Phase
 
 
-Decide = Callable[[RequestEnd], SegmentEnd | None]
-"""Decides, after each request of a turn, how the turn ended (None: write on)."""
+@dataclass(frozen=True)
+class TurnDecision:
+    """What a request's end means for its turn, as a value the turn applies: how the turn
+    ended (None: the model writes on), where to cut the transcript first (the hand-off point
+    of a cue, the end of a sentence), and the cue that handed off."""
+
+    ended: SegmentEnd | None
+    cut: int | None = None
+    cue: str | None = None
+
+
+WRITE_ON = TurnDecision(None)
+
+Decide = Callable[[RequestEnd], TurnDecision]
+"""Decides, after each request of a turn, how the turn ended."""
 
 Anticipate = Callable[[int], NextTurn | None]
 """Given the turn's tokens once the next one arrives: the turn that follows if that token
@@ -84,7 +97,6 @@ class Generation:
         self.transcript = ""
         self.phase: Phase = "answer" if self.mode is PromptReasoning.CLOSED else "reasoning"
         self.small_available = True
-        self.cue: str | None = None  # the cue that ended the last large turn, set by its decide
         self.segments: list[Segment] = []
         self.usage = {"large": ModelUsage(), "small": ModelUsage()}
         self.reasoning_tokens = 0
@@ -129,10 +141,6 @@ class Generation:
         self.phase = "answer"
         self._releaser = self._new_releaser()
 
-    def truncate(self, length: int) -> None:
-        """Cut the transcript at a hand-off point (only ever text not yet released)."""
-        self.transcript = self.transcript[:length]
-
     async def turn(
         self,
         role: ModelRole,
@@ -145,64 +153,45 @@ class Generation:
     ) -> AsyncIterator[TextDelta]:
         """Let `role` write until `decide` ends the turn; yields visible text as it arrives.
 
+        Each request's end goes to `decide`, whose :class:`TurnDecision` the turn applies.
         With `anticipate`, the next turn's request is opened where the text may hand off,
         and the next turn uses it if it is the request it would send. The finished segment
         is appended to ``self.segments``. Raises :class:`UpstreamFailure` when the endpoint
         fails beyond its retries and resumes.
         """
-        phase = self.phase
-        start, began = len(self.transcript), time.perf_counter()
+        phase, start, began = self.phase, len(self.transcript), time.perf_counter()
         usage, resumes = ModelUsage(), 0  # usage of this turn; its tokens count against `cap`
-        ended: SegmentEnd | None = None
+        decision: TurnDecision = WRITE_ON
         try:
-            while ended is None:
-                allowance = self.room(role)
-                if cap is not None:
-                    allowance = min(allowance, cap - usage.completion_tokens)
+            while decision.ended is None:
+                allowance = self._allowance(role, cap, usage)
                 if allowance <= 0:
-                    capped = cap is not None and usage.completion_tokens >= cap
-                    ended = "segment_cap" if capped else self._length()
+                    decision = TurnDecision(self._out_of_room(cap, usage))
                     break
                 request = self._request(role, allowance, stops(), extra_body)
-                finish: tuple[str | None, str | int | None] = (None, None)
-                pieces = 0
+                sent = _Sent()
                 try:
-                    async for piece in await self._stream(role, request):
-                        if piece.text:
-                            pieces += 1
-                            self.transcript += piece.text
-                            for delta in self._release(role):
-                                yield delta
-                            if piece.finish_reason is None:
-                                await self._look_ahead(anticipate, usage.completion_tokens, pieces)
-                        if piece.finish_reason is not None:
-                            finish = (piece.finish_reason, piece.stop_reason)
-                        if piece.completion_tokens is not None:
-                            self._count(
-                                role,
-                                phase,
-                                usage,
-                                piece.prompt_tokens or 0,
-                                piece.cached_tokens,
-                                piece.completion_tokens,
-                            )
+                    async with aclosing(
+                        self._send(role, phase, request, usage, sent, anticipate)
+                    ) as deltas:
+                        async for delta in deltas:
+                            yield delta
                 except StreamInterrupted as broken:
                     # The text that arrived stays (its pieces count as tokens); resume from it.
                     await self._drop_ahead()
-                    self._count(role, phase, usage, 0, 0, pieces)
+                    self._count(role, phase, usage, 0, 0, sent.pieces)
                     resumes += 1
                     if resumes > self.config.policy.max_resumes:
                         raise UpstreamFailure(role, broken.cause) from broken
                     continue
-                ended = decide(RequestEnd(finish[0], finish[1], usage.completion_tokens))
-                if ended == "length":
-                    # The request's allowance ran out. If the phase changed while it ran (a
-                    # model that answered without reasoning is no longer held to the
-                    # answer's reserve), room is left: write on; the loop's top ends the turn
-                    # when none is.
-                    ended = None if pieces and self.room(role) > 0 else self._length()
-                if ended is None or (self._ahead and self._ahead.transcript != self.transcript):
-                    await self._drop_ahead()  # no hand-off, or not where it was foreseen
+                end = RequestEnd(
+                    sent.finish_reason,
+                    sent.stop_reason,
+                    usage.completion_tokens,
+                    self.transcript,
+                    self.phase,
+                )
+                decision = await self._apply(role, decide(end), sent.pieces)
         finally:
             self.seconds[role] += time.perf_counter() - began
             self.segments.append(
@@ -210,16 +199,69 @@ class Generation:
                     model=role,
                     phase=phase,
                     text=self.transcript[start:],
-                    ended_by=ended or "failed",
-                    cue=self.cue if ended == "cue" else None,
+                    ended_by=decision.ended or "failed",
+                    cue=decision.cue if decision.ended == "cue" else None,
                     usage=usage,
                     seconds=time.perf_counter() - began,
                 )
             )
 
+    def _allowance(self, role: ModelRole, cap: int | None, turn: ModelUsage) -> int:
+        """Tokens the next request of the turn may write: the room left, and the turn's cap."""
+        allowance = self.room(role)
+        if cap is not None:
+            allowance = min(allowance, cap - turn.completion_tokens)
+        return allowance
+
+    def _out_of_room(self, cap: int | None, turn: ModelUsage) -> SegmentEnd:
+        capped = cap is not None and turn.completion_tokens >= cap
+        return "segment_cap" if capped else self._length()
+
+    async def _send(
+        self,
+        role: ModelRole,
+        phase: Phase,
+        request: CompletionRequest,
+        turn: ModelUsage,
+        sent: _Sent,
+        anticipate: Anticipate | None,
+    ) -> AsyncGenerator[TextDelta, None]:
+        """Stream one request into the transcript, yielding the text released; `sent`
+        records its pieces and how it ended, `turn` its usage."""
+        async with aclosing(await self._stream(role, request)) as pieces:
+            async for piece in pieces:
+                if piece.text:
+                    sent.pieces += 1
+                    self.transcript += piece.text
+                    for delta in self._release(role):
+                        yield delta
+                    if piece.finish_reason is None:
+                        await self._look_ahead(anticipate, turn.completion_tokens, sent.pieces)
+                if piece.finish_reason is not None:
+                    sent.finish_reason, sent.stop_reason = piece.finish_reason, piece.stop_reason
+                if piece.completion_tokens is not None:
+                    prompt, cached = piece.prompt_tokens or 0, piece.cached_tokens
+                    self._count(role, phase, turn, prompt, cached, piece.completion_tokens)
+
+    async def _apply(self, role: ModelRole, decision: TurnDecision, pieces: int) -> TurnDecision:
+        """Carry out a request's decision: cut the transcript, settle a request that ran out
+        of allowance, and close the request opened ahead if the turn does not hand off
+        where it was foreseen. Returns the decision as it stands."""
+        if decision.cut is not None:
+            self.transcript = self.transcript[: decision.cut]  # only text not yet released
+        if decision.ended == "length":
+            # The request's allowance ran out. If the phase changed while it ran (a model
+            # that answered without reasoning is no longer held to the answer's reserve),
+            # room is left: write on; the turn ends at its next request when none is.
+            room_left = pieces > 0 and self.room(role) > 0
+            decision = WRITE_ON if room_left else replace(decision, ended=self._length())
+        if decision.ended is None or (self._ahead and self._ahead.transcript != self.transcript):
+            await self._drop_ahead()  # no hand-off, or not where it was foreseen
+        return decision
+
     async def _stream(
         self, role: ModelRole, request: CompletionRequest
-    ) -> AsyncIterator[StreamPiece]:
+    ) -> AsyncGenerator[StreamPiece, None]:
         """The request's stream: the one opened ahead if it is this request, else a new one."""
         ahead = self._ahead
         if ahead is not None and ahead.serves(role, request, self.transcript):
@@ -364,3 +406,12 @@ class Generation:
             return Releaser(len(self.transcript))
         opener = markers.start if self.mode is PromptReasoning.MODEL_OPENS else None
         return Releaser(len(self.transcript), opener=opener, closer=markers.end)
+
+
+@dataclass
+class _Sent:
+    """One request as it streams: the pieces that carried text, and how it ended."""
+
+    pieces: int = 0
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None

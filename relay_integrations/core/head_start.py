@@ -20,7 +20,7 @@ closed, and vLLM aborts it after its prefill::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 
 from .config import ModelRole
@@ -73,7 +73,7 @@ class HeadStart:
         """Whether this is the request a turn of `role` would send now, at `transcript`."""
         return role == self.role and request == self.request and transcript == self.transcript
 
-    async def pieces(self) -> AsyncIterator[StreamPiece]:
+    async def pieces(self) -> AsyncGenerator[StreamPiece, None]:
         """The stream, from its first piece (errors as the endpoint raises them)."""
         first = await self._first
         if first is None:

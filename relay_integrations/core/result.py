@@ -7,9 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .config import ModelRole
+from .config import ModelRole, Phase
 
-Phase = Literal["reasoning", "answer"]
 FinishReason = Literal["stop", "length", "error"]
 SegmentEnd = Literal[
     "cue",  # the large model wrote a switch cue: the small model takes over

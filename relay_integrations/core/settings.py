@@ -49,6 +49,7 @@ from .config import (
     Penalty,
     RelayConfig,
     RepetitionPenalty,
+    RequestHook,
     SamplingConfig,
     Seed,
     SwitchPolicy,
@@ -57,7 +58,6 @@ from .config import (
     TopP,
 )
 from .cues import CueSet
-from .generation import RequestHook
 from .habits import FIELD_ALIASES, check_extra_body, unknown_names_message
 from .rendering import PromptRenderer
 

@@ -23,15 +23,16 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
-from .config import CONTEXT_MARGIN, ModelRole, RelayConfig, SamplingConfig
+from .config import CONTEXT_MARGIN, ModelRole, RelayConfig, RequestHook, SamplingConfig
 from .cues import CueSet
 from .endpoint import Endpoint, UpstreamFailure
 from .errors import ContextOverflowError, CueArtifactError, EndpointError
-from .generation import Anticipate, Decide, Generation, RequestEnd, RequestHook
+from .final_event import final_event
+from .generation import WRITE_ON, Anticipate, Generation, RequestEnd, TurnDecision
 from .head_start import NextTurn
 from .reasoning import PromptReasoning
 from .rendering import ChatInput, Message, PromptRenderer, RenderedPrompt, ServerChatTemplate
@@ -85,10 +86,7 @@ class RelaySwitcher:
 
     async def generate(self, messages: Sequence[Message], **options: Any) -> RelayResult:
         """Run one generation to the end; options as for :meth:`stream`."""
-        async for event in self.stream(messages, **options):
-            if isinstance(event, RelayDone):
-                return event.result
-        raise AssertionError("a relay stream always ends with RelayDone")
+        return (await final_event(self.stream(messages, **options), RelayDone)).result
 
     async def stream(
         self,
@@ -102,7 +100,7 @@ class RelaySwitcher:
         request_hook: RequestHook | None = None,
         extra_body: Mapping[str, Any] | None = None,
         generation_id: str | None = None,
-    ) -> AsyncIterator[RelayEvent]:
+    ) -> AsyncGenerator[RelayEvent, None]:
         """Stream one generation as events: text deltas, finished segments, then the result.
 
         ``stop`` sequences apply to the answer only. ``answer_extra_body`` adds vLLM fields to
@@ -125,7 +123,7 @@ class RelaySwitcher:
             if isinstance(outcome, UpstreamFailure):
                 if role == "small" and self.config.policy.on_small_failure == "use_large":
                     continue  # unreachable small model: the large one writes everything
-                raise EndpointError(role, outcome.detail) from outcome
+                raise EndpointError(role, outcome.detail, kind=outcome.kind) from outcome
             if isinstance(outcome, BaseException):
                 raise outcome
             prepared[role] = outcome
@@ -146,9 +144,8 @@ class RelaySwitcher:
             async for event in self._relay(run, stop, answer_extra_body or {}):
                 yield event
         except UpstreamFailure as failure:
-            raise EndpointError(
-                failure.role, failure.detail, partial=run.result("error")
-            ) from failure
+            partial = run.result("error")
+            raise EndpointError(failure.role, failure.detail, partial, failure.kind) from failure
         finally:
             await run.aclose()
 
@@ -163,7 +160,7 @@ class RelaySwitcher:
             if state == "large":
                 async for delta in run.turn(
                     "large",
-                    decide=self._large_turn_ends(run),
+                    decide=self._after_large,
                     stops=lambda: self._large_stops(run),
                     anticipate=self._before_cue(run),
                 ):
@@ -177,7 +174,7 @@ class RelaySwitcher:
                 try:
                     async for delta in run.turn(
                         "small",
-                        decide=self._small_turn_ends(run),
+                        decide=self._after_small,
                         stops=self._small_stops,
                         cap=policy.max_small_tokens,
                         anticipate=self._before_sentence_end(run),
@@ -194,7 +191,7 @@ class RelaySwitcher:
                 try:
                     async for delta in run.turn(
                         role,
-                        decide=lambda end: "length" if end.finish_reason == "length" else "stop",
+                        decide=_after_answer,
                         stops=lambda: stop,
                         extra_body={"include_stop_str_in_output": False, **answer_extra_body},
                     ):
@@ -259,46 +256,41 @@ class RelaySwitcher:
 
         return anticipate
 
-    def _large_turn_ends(self, run: Generation) -> Decide:
-        def decide(end: RequestEnd) -> SegmentEnd | None:
-            if end.finish_reason == "length":
-                return "length"
-            if end.stop_reason == self.config.markers.end:
-                return "end_of_reasoning"
-            if isinstance(end.stop_reason, str) and run.phase == "reasoning":
-                match = self.cues.match_stop(run.transcript, end.stop_reason)
-                if match is not None and end.turn_tokens <= self.config.policy.cooldown_tokens:
-                    return None  # a cue right after taking control: the large model writes on
-                if match is not None:
-                    run.truncate(match.handoff)
-                    run.cue = match.cue
-                    return "cue"
-            if isinstance(end.stop_reason, str):
-                return None  # a cue fired in an answer written without reasoning: write on
-            return "stop"
+    def _after_large(self, end: RequestEnd) -> TurnDecision:
+        """A large request ended: at a cue (hand off at its hand-off point, unless it came
+        within the cooldown), at the end of reasoning, at the budget, or at its own end."""
+        if end.finish_reason == "length":
+            return TurnDecision("length")
+        if end.stop_reason == self.config.markers.end:
+            return TurnDecision("end_of_reasoning")
+        if not isinstance(end.stop_reason, str):
+            return TurnDecision("stop")
+        if end.phase != "reasoning":
+            return WRITE_ON  # a cue fired in an answer written without reasoning: write on
+        match = self.cues.match_stop(end.transcript, end.stop_reason)
+        if match is None or end.turn_tokens <= self.config.policy.cooldown_tokens:
+            return WRITE_ON  # not a cue here, or right after taking control: write on
+        return TurnDecision("cue", cut=match.handoff, cue=match.cue)
 
-        return decide
-
-    def _small_turn_ends(self, run: Generation) -> Decide:
-        policy, marker = self.config.policy, self.config.markers.end
-
-        def decide(end: RequestEnd) -> SegmentEnd | None:
-            if end.stop_reason == marker:
-                if policy.small_may_end_reasoning:
-                    return "end_of_reasoning"
-                run.truncate(len(run.transcript[: -len(marker)].rstrip()))
-                return "small_ended_reasoning"
-            if end.stop_reason in SENTENCE_STOPS:
-                sentence_ended = is_sentence_end(run.transcript)
-                if sentence_ended or end.stop_reason.strip():
-                    run.truncate(len(run.transcript.rstrip()))  # write on from a token boundary
-                # "e.g. ", "3. " inside math, ...: the sentence goes on
-                return "sentence_end" if sentence_ended else None
-            if end.finish_reason == "length":
-                return "segment_cap" if end.turn_tokens >= policy.max_small_tokens else "length"
-            return "stop"  # end of sequence mid-reasoning: the large model decides what follows
-
-        return decide
+    def _after_small(self, end: RequestEnd) -> TurnDecision:
+        """A small request ended: at the end of reasoning (kept only if the policy lets the
+        small model end it), at a sentence end (cut to a token boundary), or at its cap."""
+        marker, transcript = self.config.markers.end, end.transcript
+        if end.stop_reason == marker:
+            if self.config.policy.small_may_end_reasoning:
+                return TurnDecision("end_of_reasoning")
+            return TurnDecision(
+                "small_ended_reasoning", cut=len(transcript[: -len(marker)].rstrip())
+            )
+        if end.stop_reason in SENTENCE_STOPS:
+            sentence_ended = is_sentence_end(transcript)
+            # write on from a token boundary; "e.g. ", "3. " inside math, ...: the sentence goes on
+            cut = len(transcript.rstrip()) if sentence_ended or end.stop_reason.strip() else None
+            return TurnDecision("sentence_end" if sentence_ended else None, cut=cut)
+        if end.finish_reason == "length":
+            capped = end.turn_tokens >= self.config.policy.max_small_tokens
+            return TurnDecision("segment_cap" if capped else "length")
+        return TurnDecision("stop")  # end of sequence mid-reasoning: the large model decides
 
     def _answer_model(self, run: Generation) -> ModelRole:
         policy = self.config.policy
@@ -323,6 +315,10 @@ class RelaySwitcher:
                     "allow_model_mismatch=True to use it anyway.",
                 )
         return await self.renderer.render(endpoint, chat), info.max_model_len
+
+
+def _after_answer(end: RequestEnd) -> TurnDecision:
+    return TurnDecision("length" if end.finish_reason == "length" else "stop")
 
 
 def _check_fits(prepared: Mapping[ModelRole, tuple[RenderedPrompt, int | None]]) -> None:

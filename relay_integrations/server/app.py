@@ -18,7 +18,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import httpx
 from starlette.applications import Starlette
@@ -28,13 +27,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..core.config import EndpointConfig, RelayConfig
+from ..core.config import EndpointConfig, RelayConfig, RequestHook
 from ..core.cues import CueSet
 from ..core.endpoint import ModelInfo
 from ..core.errors import RelayError
-from ..core.generation import RequestHook
-from ..core.result import RelayResult
 from ..core.switcher import RelaySwitcher
+from .admission import Admission
 from .errors import ApiError
 from .generation import GenerationResponse
 from .logs import log, request_id
@@ -64,12 +62,14 @@ class RelayServer:
         self.cues = cues if cues is not None else CueSet.load(config.cues)  # fails fast
         self.request_hook = request_hook
         self.metrics = RelayMetrics()
+        self.admission = Admission(
+            self.settings.max_concurrent_generations, self.settings.retry_after, self.metrics
+        )
         self.model_names = self.settings.served_model_names or [
             config.large.model,
             f"{config.large.model}+{config.small.model}",
         ]
         self.draining = False
-        self.inflight = 0
         self._keys = [key.get_secret_value().encode() for key in self.settings.api_keys]
         self._switcher: RelaySwitcher | None = None
 
@@ -78,6 +78,11 @@ class RelayServer:
         if self._switcher is None:
             raise RuntimeError("the relay server is not started (run the app with its lifespan)")
         return self._switcher
+
+    @property
+    def inflight(self) -> int:
+        """Generations running now."""
+        return self.admission.inflight
 
     def app(self) -> Starlette:
         """The ASGI application."""
@@ -118,34 +123,6 @@ class RelayServer:
             await self._switcher.aclose()
             self._switcher = None
 
-    # --- admission -------------------------------------------------------------------------
-
-    def admit(self) -> bool:
-        """Take a generation slot, if one is free (no queue: the caller answers 429)."""
-        if self.inflight >= self.settings.max_concurrent_generations:
-            self.metrics.rejected.inc()
-            return False
-        self.inflight += 1
-        self.metrics.inflight.set(self.inflight)
-        return True
-
-    def release(self, result: RelayResult | None) -> None:
-        """Give the slot back; record what the generation did (also a partial one)."""
-        self.inflight -= 1
-        self.metrics.inflight.set(self.inflight)
-        if result is not None:
-            self.metrics.observe(result)
-            log.info("generation done", extra={"fields": _result_fields(result)})
-
-    def busy_error(self) -> ApiError:
-        return ApiError(
-            429,
-            f"the relay is running its limit of {self.settings.max_concurrent_generations} "
-            f"generations; retry in {self.settings.retry_after} s",
-            code="too_many_generations",
-            headers={"Retry-After": str(self.settings.retry_after)},
-        )
-
     def authorize(self, authorization: str | None) -> None:
         """Check a Bearer key in constant time (each configured key is compared in full)."""
         if not self._keys:
@@ -182,7 +159,8 @@ class RelayServer:
         turn = body.chat_request(self.config.sampling, generation_id, self.request_hook)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return GenerationResponse(
-            self,
+            self.switcher,
+            self.admission,
             turn,
             ResponseShaper(id=generation_id, model=body.model),
             stream=body.stream,
@@ -336,19 +314,6 @@ def _generation_id(rid: str, request: Request) -> str:
         safe = _UNSAFE_ID.sub("_", rid[:64])
         return f"chatcmpl-{safe}-{uuid.uuid4().hex[:8]}"
     return f"chatcmpl-{rid}"
-
-
-def _result_fields(result: RelayResult) -> dict[str, Any]:
-    return {
-        "generation_id": result.generation_id,
-        "finish_reason": result.finish_reason,
-        "large_share": round(result.stats.large_share, 4),
-        "switches": result.stats.switches,
-        "prompt_tokens": result.prompt_tokens,
-        "cached_tokens": result.cached_tokens,
-        "completion_tokens": result.completion_tokens,
-        "seconds": round(result.stats.total_seconds, 4),
-    }
 
 
 async def _api_error_response(request: Request, exc: Exception) -> Response:

@@ -4,7 +4,7 @@ The response runs the generation in a task and listens to the client at the same
 client that disconnects cancels the task, which closes the upstream streams, and vLLM aborts
 those requests. A slot of the concurrency limit is held exactly as long as the task runs::
 
-    return GenerationResponse(server, request, shaper, stream=True)
+    return GenerationResponse(switcher, admission, request, shaper, stream=True)
 
 Failures after the stream has started cannot change the status code; they arrive as an
 OpenAI-shaped ``{"error": ...}`` event before ``[DONE]`` (the ``openai`` SDKs raise it), after
@@ -16,9 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-import openai
 from starlette.types import Receive, Scope, Send
 
 from ..core.chat import ChatRequest, ChatResponse, stream_chat
@@ -28,13 +27,13 @@ from ..core.errors import (
     EndpointError,
     InvalidChatError,
 )
+from ..core.final_event import final_event
 from ..core.result import RelayResult
+from ..core.switcher import RelaySwitcher
+from .admission import Admission
 from .errors import ApiError
 from .logs import log
 from .responses import ResponseShaper
-
-if TYPE_CHECKING:
-    from .app import RelayServer
 
 T = TypeVar("T")
 SSE_HEADERS = [
@@ -49,14 +48,16 @@ class GenerationResponse:
 
     def __init__(
         self,
-        server: RelayServer,
+        switcher: RelaySwitcher,
+        admission: Admission,
         request: ChatRequest,
         shaper: ResponseShaper,
         *,
         stream: bool,
         include_usage: bool = False,
     ) -> None:
-        self.server = server
+        self.switcher = switcher
+        self.admission = admission
         self.request = request
         self.shaper = shaper
         self.stream = stream
@@ -64,17 +65,17 @@ class GenerationResponse:
         self.result: RelayResult | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        server = self.server
-        if not server.admit():
-            await server.busy_error().response()(scope, receive, send)
+        admission = self.admission
+        if not admission.admit():
+            await admission.busy_error().response()(scope, receive, send)
             return
         try:
             work = self._stream(send) if self.stream else self._whole(send)
             if not await _until_disconnect(work, receive):
-                server.metrics.errors.labels("client_disconnected").inc()
+                admission.metrics.errors.labels("client_disconnected").inc()
                 log.info("client disconnected: generation cancelled")
         finally:
-            server.release(self.result)
+            admission.release(self.result)
 
     async def _whole(self, send: Send) -> None:
         try:
@@ -93,7 +94,7 @@ class GenerationResponse:
             body = f"data: {text}\n\n".encode()
             await send({"type": "http.response.body", "body": body, "more_body": True})
 
-        chat_events = stream_chat(self.server.switcher, self.request)
+        chat_events = stream_chat(self.switcher, self.request)
         try:
             # The status waits for the first event: a chat the template refuses or an
             # upstream that cannot be reached gets its own status code, as from vLLM.
@@ -121,13 +122,11 @@ class GenerationResponse:
 
     async def _respond(self) -> ChatResponse:
         try:
-            async for chat_event in stream_chat(self.server.switcher, self.request):
-                if isinstance(chat_event, ChatResponse):
-                    self.result = chat_event.result
-                    return chat_event
+            response = await final_event(stream_chat(self.switcher, self.request), ChatResponse)
         except Exception as failure:
             raise self._api_error(failure) from failure
-        raise AssertionError("a chat stream always ends with its response")
+        self.result = response.result
+        return response
 
     def _api_error(self, failure: Exception) -> ApiError:
         """The client's view of a failed generation; its partial result is kept and sent."""
@@ -136,11 +135,11 @@ class GenerationResponse:
         if isinstance(failure, EndpointError) and failure.partial is not None:
             self.result = failure.partial
         error = upstream_error(failure)
-        self.server.metrics.errors.labels(error.code or error.kind).inc()
+        self.admission.metrics.errors.labels(error.code or error.kind).inc()
         if error.status >= 500:
             fields: dict[str, Any] = {"status": error.status}
             if isinstance(failure, EndpointError) and failure.role in ("large", "small"):
-                fields["upstream"] = getattr(self.server.config, failure.role).base_url
+                fields["upstream"] = self.switcher.config.endpoint(failure.role).base_url
             log.warning("generation failed", exc_info=failure, extra={"fields": fields})
         if self.result is not None and isinstance(failure, EndpointError):
             error.extra["relay"] = {"partial": self.result.model_dump(mode="json")}
@@ -156,10 +155,9 @@ def upstream_error(failure: Exception) -> ApiError:
     if isinstance(failure, CueArtifactError):
         return ApiError(500, f"relay misconfigured: {failure}", code="relay_misconfigured")
     if isinstance(failure, EndpointError):
-        cause = getattr(failure.__cause__, "cause", None)
-        if isinstance(cause, openai.BadRequestError):
+        if failure.kind == "rejected":
             return ApiError(400, str(failure), code="upstream_rejected_request")
-        if isinstance(cause, openai.APITimeoutError):
+        if failure.kind == "timeout":
             return ApiError(504, f"{failure} (upstream timed out)", code="upstream_timeout")
         return ApiError(502, str(failure), code="upstream_failed")
     return ApiError(500, f"internal error: {type(failure).__name__}", code="internal_error")

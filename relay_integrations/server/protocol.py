@@ -30,8 +30,7 @@ from ..core.chat import (
     ResponseFormat,
     normalize_tool_choice,
 )
-from ..core.config import MODEL_SAMPLING_FIELDS, OptionalSampling, SamplingConfig
-from ..core.generation import RequestHook
+from ..core.config import MODEL_SAMPLING_FIELDS, OptionalSampling, RequestHook, SamplingConfig
 from ..core.habits import REFUSED_FIELDS
 from .errors import ApiError
 from .fields import IGNORED_FIELDS, refuse_field

@@ -18,8 +18,7 @@ from relay_integrations.core import (
     SamplingConfig,
     SwitchPolicy,
 )
-from relay_integrations.core.config import ModelRole
-from relay_integrations.core.result import Phase
+from relay_integrations.core.config import ModelRole, Phase
 
 from .forcing import Forcer, TokenForcing
 from .rates import open_stream

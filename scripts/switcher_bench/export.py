@@ -36,7 +36,7 @@ def to_json(
 
 
 def plot(path: Path, engine: dict[str, Any], summary: dict[str, Any]) -> None:
-    from relay_integrations.plotting import pyplot
+    from relay_integrations.jobs.plotting import pyplot
 
     plt = pyplot()
     modes: list[str] = engine["modes"]

@@ -101,5 +101,12 @@ def test_the_command_writes_results_table_and_plot(
     assert table in capsys.readouterr().out
     summary = json.loads((out / "summary.json").read_text())
     assert {m: summary[m]["generations"] for m in summary} == {"large": 2, "small": 2, "relay": 2}
+    # time per written token for every mode, and the relay's predicted from the two alone
+    assert all(summary[m]["ms_per_token"] > 0 for m in summary)
+    large, small, relay = (summary[m] for m in ("large", "small", "relay"))
+    share = relay["large_share"]
+    assert relay["predicted_ms_per_token"] == pytest.approx(
+        share * large["ms_per_token"] + (1 - share) * small["ms_per_token"]
+    )
     assert (out / "accuracy_latency.png").read_bytes()[:4] == b"\x89PNG"
     assert len((out / "results.jsonl").read_text().splitlines()) == 1 + 3 * 2

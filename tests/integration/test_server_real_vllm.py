@@ -16,7 +16,7 @@ from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
 from relay_integrations.core import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
-from relay_integrations.core.generation import RequestHook
+from relay_integrations.core.config import RequestHook
 from relay_integrations.server import RelayServer
 from relay_integrations.testing import forcing
 from tests.fakes.relay_http import ServedRelay, relay_http

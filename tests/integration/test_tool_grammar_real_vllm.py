@@ -21,8 +21,7 @@ from langchain.agents.structured_output import ProviderStrategy
 from langchain_core.messages import AIMessage, ToolMessage
 from pydantic import BaseModel
 
-from relay_integrations.core.config import ModelRole
-from relay_integrations.core.result import Phase
+from relay_integrations.core.config import ModelRole, Phase
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.testing import forcing
 

@@ -13,7 +13,7 @@ from relay_integrations.bench.problems import (
     Problem,
     load_problems,
 )
-from relay_integrations.calibration.datasets import DatasetError
+from relay_integrations.jobs.datasets import DatasetError
 
 
 def write(tmp_path: Path, rows: list[Any], name: str = "set.jsonl") -> Path:

@@ -12,9 +12,9 @@ from relay_integrations.bench.generate import BenchRecord
 from relay_integrations.bench.problems import load_problems
 from relay_integrations.bench.runner import ResultLine, run_bench
 from relay_integrations.bench.stats import latest, summarize
-from relay_integrations.calibration.datasets import DatasetError
 from relay_integrations.cli import main
 from relay_integrations.core import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
+from relay_integrations.jobs.datasets import DatasetError
 from tests.fakes.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
 from tests.fakes.threaded import serving
 

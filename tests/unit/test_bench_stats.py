@@ -156,7 +156,7 @@ def test_a_mode_with_only_errors_stays_in_the_report_with_its_errors() -> None:
     relay = summaries["relay"]
     assert (relay.generations, relay.errors, relay.speedup) == (0, 1, None)
     row = markdown_table(summaries).splitlines()[-1]
-    assert row == "| relay |" + " - |" * 9 + " 0 | 1 |"
+    assert row == "| relay |" + " - |" * 11 + " 0 | 1 |"
 
 
 def test_latest_keeps_the_last_record_of_a_mode_problem_and_sample() -> None:
@@ -211,19 +211,57 @@ def test_markdown_table_has_a_header_and_a_row_per_mode() -> None:
     table = markdown_table(summaries_for_report())
     lines = table.splitlines()
     assert table.endswith("\n")
-    assert lines[0].startswith("| mode | pass@1 | ± SE | mean s | p90 s | speedup |")
-    assert lines[1] == "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    assert lines[0].startswith(
+        "| mode | pass@1 | ± SE | mean s | p90 s | ms/token | predicted ms/token | speedup |"
+    )
+    assert lines[1] == "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     assert len(lines) == 4
-    assert all(line.count("|") == 13 for line in lines)
-    # large: 100%, SE 0, mean 20, p90 10 + 0.9 * 20 = 28, speedup 1, 2000 tokens a generation
+    assert all(line.count("|") == 15 for line in lines)
+    # large: 100%, SE 0, mean 20, p90 10 + 0.9 * 20 = 28, 40 s / 4000 tokens = 10 ms a token,
+    # speedup 1, 2000 tokens a generation
     assert lines[2] == (
-        "| large | 100.0% | 0.0% | 20.00 | 28.00 | 1.00x | 100.0% | 0.0 | 2000 | 0 | 2 | 0 |"
+        "| large | 100.0% | 0.0% | 20.00 | 28.00 | 10.0 | - | 1.00x | 100.0% | 0.0 | 2000 | 0 "
+        "| 2 | 0 |"
     )
-    # relay: 50%, SE stdev([1, 0]) / sqrt(2) = 0.5, mean 5, speedup 20 / 5 = 4,
-    # share 800 / 3000 = 26.7%, switches 3, tokens 400 and 1100, one error
+    # relay: 50%, SE stdev([1, 0]) / sqrt(2) = 0.5, mean 5, 10 s / 3000 tokens = 3.3 ms a token,
+    # no prediction without a small run, speedup 20 / 5 = 4, share 800 / 3000 = 26.7%,
+    # switches 3, tokens 400 and 1100, one error
     assert lines[3] == (
-        "| relay | 50.0% | 50.0% | 5.00 | 5.00 | 4.00x | 26.7% | 3.0 | 400 | 1100 | 2 | 1 |"
+        "| relay | 50.0% | 50.0% | 5.00 | 5.00 | 3.3 | - | 4.00x | 26.7% | 3.0 | 400 | 1100 "
+        "| 2 | 1 |"
     )
+
+
+def test_time_per_token_is_all_seconds_over_all_written_tokens() -> None:
+    records = [
+        record("small", "p1", seconds=1.0, completion_tokens={"small": 100}),
+        record("small", "p2", seconds=5.0, completion_tokens={"small": 200}),
+    ]
+    # 6 s / 300 tokens = 20 ms (the mean of the per-generation 10 and 25 ms would be 17.5)
+    assert summarize(records)["small"].ms_per_token == pytest.approx(20.0)
+    # a mode that wrote nothing has no time per token
+    assert summarize(graded("large", {"p1": [1]}))["large"].ms_per_token is None
+
+
+def test_the_relays_time_per_token_is_predicted_from_both_models_alone() -> None:
+    records = [
+        record("large", "p1", seconds=8.0, completion_tokens={"large": 100}),  # 80 ms
+        record("small", "p1", seconds=4.0, completion_tokens={"small": 200}),  # 20 ms
+        record("relay", "p1", seconds=9.0, completion_tokens={"large": 75, "small": 25}),
+    ]
+    summaries = summarize(records)
+    relay = summaries["relay"]
+    # share 0.75: 0.75 * 80 + 0.25 * 20 = 65 ms predicted; measured 9 s / 100 tokens = 90 ms
+    assert relay.large_share == pytest.approx(0.75)
+    assert relay.predicted_ms_per_token == pytest.approx(65.0)
+    assert relay.ms_per_token == pytest.approx(90.0)
+    # the same as the docs' formula: large * (s + (1 - s) / r) with r = 80 / 20
+    assert relay.predicted_ms_per_token == pytest.approx(80 * (0.75 + 0.25 / 4))
+    assert summaries["large"].predicted_ms_per_token is None
+    row = markdown_table(summaries).splitlines()[-1]
+    assert "| 90.0 | 65.0 |" in row
+    # without the small model alone there is nothing to predict from
+    assert summarize([records[0], records[2]])["relay"].predicted_ms_per_token is None
 
 
 def test_markdown_table_without_large_has_no_speedup() -> None:

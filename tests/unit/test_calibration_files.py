@@ -25,7 +25,7 @@ from relay_integrations.core.artifact import (
     SelectionRule,
     save_artifact,
 )
-from relay_integrations.progress import Progress
+from relay_integrations.jobs.progress import Progress
 
 
 def stat(cue: str, n: int, mean: float | None, se: float | None, selected: bool) -> CueStatistics:

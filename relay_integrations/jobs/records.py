@@ -17,7 +17,7 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from .calibration.datasets import DatasetError
+from .datasets import DatasetError
 
 M = TypeVar("M", bound=BaseModel)
 
