@@ -4,8 +4,8 @@
 
 Run in the venv of that install (the fresh ones hold the wheel, not the working tree):
 
-- every install: the core modules (everything outside langchain/, llama_index/, server/)
-  import, and load neither framework nor an optional extra;
+- every install: the core modules (everything outside langchain/, llama_index/, server/ and
+  the scripted vLLM of testing/) import, and load neither framework nor an optional extra;
 - ``core``: neither framework is installed, and each adapter, the server, ``relaygen serve``
   and ``relaygen bench`` say which extra to install;
 - ``langchain``: ``relay_integrations.langchain`` imports, LlamaIndex is not installed;
@@ -30,6 +30,9 @@ ADAPTERS = {
     "server": ("relay_integrations.server", "starlette"),
 }
 """extra: (the subpackage that needs it, a top-level module it installs)."""
+
+SERVER_MODULES = ("relay_integrations.testing.scripted_vllm",)
+"""Modules outside ``server/`` that need the server extra too (the scripted vLLM serves HTTP)."""
 
 OPTIONAL = (
     *("langchain", "langchain_core", "llama_index", "starlette", "uvicorn", "prometheus_client"),
@@ -57,7 +60,7 @@ def main(install: str) -> None:
         for extra in ADAPTERS.keys() - {install}:
             missing_extra(extra)
     elif install == "dev":
-        for module, _ in ADAPTERS.values():
+        for module in (*(m for m, _ in ADAPTERS.values()), *SERVER_MODULES):
             importlib.import_module(module)
     else:
         fail(f"unknown install {install!r}")
@@ -69,7 +72,7 @@ def core_imports(package: Path) -> None:
     skip = {"langchain", "llama_index", "server"}
     for path in sorted(package.rglob("*.py")):
         parts = path.relative_to(package.parent).with_suffix("").parts
-        if parts[1] in skip or parts[-1] == "__main__":
+        if parts[1] in skip or parts[-1] == "__main__" or ".".join(parts) in SERVER_MODULES:
             continue
         importlib.import_module(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     loaded = sorted(name for name in OPTIONAL if name in sys.modules)
@@ -82,12 +85,13 @@ def missing_extra(extra: str) -> None:
     module, provided = ADAPTERS[extra]
     if importlib.util.find_spec(provided) is not None:
         fail(f"{provided} is installed without the {extra} extra")
-    try:
-        importlib.import_module(module)
-    except ImportError as error:
-        expect(str(error), f"pip install 'relay-integrations[{extra}]'", f"import {module}")
-    else:
-        fail(f"{module} imported without {provided}")
+    for needing in (module, *(SERVER_MODULES if extra == "server" else ())):
+        try:
+            importlib.import_module(needing)
+        except ImportError as error:
+            expect(str(error), f"pip install 'relay-integrations[{extra}]'", f"import {needing}")
+        else:
+            fail(f"{needing} imported without {provided}")
 
 
 def cli_messages() -> None:

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
+from ..jobs.statistics import percentile
 from .generate import MODES, BenchRecord, Mode
 
 
@@ -79,14 +80,6 @@ def _predicted_ms_per_token(summaries: dict[Mode, ModeSummary]) -> float | None:
 def latest(records: Iterable[BenchRecord]) -> list[BenchRecord]:
     """The last record of each (mode, problem, sample): a rerun replaces a failed one."""
     return list({record.key: record for record in records}.values())
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default); one value is itself."""
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * fraction
-    low, high = math.floor(position), math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def _summary(mode: Mode, records: list[BenchRecord], errors: int) -> ModeSummary:

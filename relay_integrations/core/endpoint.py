@@ -8,7 +8,7 @@ names the URL and the likely fix (a server that is not up, a base URL without ``
 key) next to vLLM's own message. Closing the iterator (or cancelling its task) closes the HTTP
 response, and vLLM aborts the request::
 
-    endpoint = Endpoint(EndpointConfig(base_url="http://127.0.0.1:8000/v1", model="qwen3"))
+    endpoint = Endpoint(EndpointConfig(base_url="http://127.0.0.1:8000/v1", model="qwen3"), "large")
     async for piece in endpoint.stream_completion(CompletionRequest(prompt="Hi", max_tokens=8)):
         print(piece.text, end="")
     await endpoint.aclose()
@@ -34,6 +34,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from .client_shards import ClientShards
 from .config import EndpointConfig, ModelRole
 from .errors import RelayError, UpstreamKind
+from .observer import RequestObserver
 from .stream_stops import StreamStops
 from .upstream_errors import Tries, explain_failure
 
@@ -116,9 +117,13 @@ class ModelInfo(BaseModel):
 class Endpoint:
     """A vLLM OpenAI-compatible server serving one model, shared by all generations."""
 
-    def __init__(self, config: EndpointConfig, role: ModelRole) -> None:
+    def __init__(
+        self, config: EndpointConfig, role: ModelRole, *, observer: RequestObserver | None = None
+    ) -> None:
         self.config = config
         self.role: ModelRole = role
+        self.observer = observer
+        """Sees every streamed request (:class:`RequestObserver`): tracing, benchmarks."""
         self._clients = ClientShards(self._make_client)
         self._slots = asyncio.Semaphore(config.max_concurrency)
         self._model_info: ModelInfo | None = None
@@ -186,29 +191,44 @@ class Endpoint:
         and that ``stop_reason``, as if the server had stopped there, and closing the stream
         aborts the request upstream.
         """
-        async with self._slots, self._clients.lease() as client:
-            response, pieces, piece = await self._with_retries(lambda: self._open(client, request))
-            overflow = request.stop[self.stop_limit :] if self._overflows(request) else ()
-            watch = StreamStops(overflow) if overflow else None
-            received, usage = "", StreamPiece()
-            try:
-                while piece is not None:
-                    if watch is not None and not piece.usage_only:
-                        usage = piece  # every chunk carries the usage so far: keep the latest
-                        piece = replace(piece, prompt_tokens=None, completion_tokens=None)
-                        hit = watch.feed(piece.text)
-                        if hit is not None:
-                            yield _cut(hit, usage)
-                            return  # the finally clause closes the stream: vLLM aborts it
-                    received += piece.text
-                    yield piece
-                    piece = await anext(pieces, None)
-            except (asyncio.CancelledError, GeneratorExit):
-                raise
-            except Exception as exc:  # httpx/httpx2 transport errors differ by openai version
-                raise StreamInterrupted(self.role, received, exc) from exc
-            finally:
-                await response.close()
+        observer, completed = self.observer, False
+        if observer is not None:
+            await observer.opened(self, request)
+        try:
+            async with self._slots, self._clients.lease() as client:
+                opened = await self._with_retries(lambda: self._open(client, request))
+                response, pieces, piece = opened
+                overflow = request.stop[self.stop_limit :] if self._overflows(request) else ()
+                watch = StreamStops(overflow) if overflow else None
+                received, usage = "", StreamPiece()
+                try:
+                    while piece is not None:
+                        if watch is not None and not piece.usage_only:
+                            usage = piece  # every chunk carries the usage so far: keep the latest
+                            piece = replace(piece, prompt_tokens=None, completion_tokens=None)
+                            hit = watch.feed(piece.text)
+                            if hit is not None:
+                                piece = _cut(hit, usage)
+                                if observer is not None:
+                                    observer.piece(self, request, piece)
+                                yield piece
+                                completed = True
+                                return  # the finally clause closes the stream: vLLM aborts it
+                        received += piece.text
+                        if observer is not None:
+                            observer.piece(self, request, piece)
+                        yield piece
+                        piece = await anext(pieces, None)
+                    completed = True
+                except (asyncio.CancelledError, GeneratorExit):
+                    raise
+                except Exception as exc:  # httpx/httpx2 transport errors differ by openai version
+                    raise StreamInterrupted(self.role, received, exc) from exc
+                finally:
+                    await response.close()
+        finally:
+            if observer is not None:
+                await observer.closed(self, request, completed)
 
     def _overflows(self, request: CompletionRequest) -> bool:
         """Whether `request` has more stop strings than the server takes."""

@@ -39,6 +39,7 @@ from .rendering import ChatInput, Message, PromptRenderer, RenderedPrompt, Serve
 from .result import RelayDone, RelayEvent, RelayResult, SegmentDone, SegmentEnd
 from .sentences import SENTENCE_STOPS, is_sentence_end, may_end_here
 
+ROLES: tuple[ModelRole, ModelRole] = ("large", "small")
 _State = Literal["large", "small", "answer", "done"]
 _AFTER_LARGE: dict[SegmentEnd, _State] = {
     "cue": "small",
@@ -61,13 +62,22 @@ class RelaySwitcher:
         *,
         cues: CueSet | None = None,
         renderer: PromptRenderer | None = None,
+        endpoints: Mapping[ModelRole, Endpoint] | None = None,
     ) -> None:
+        """`cues` (default: loaded from ``config.cues``), `renderer` (default: each server's
+        own chat template) and `endpoints` (default: one :class:`Endpoint` per model of
+        ``config``; pass your own to share them or to watch their requests with a
+        :class:`~relay_integrations.core.observer.RequestObserver`). The switcher closes the
+        endpoints it uses when it is closed."""
         self.config = config
         self.cues = cues if cues is not None else CueSet.load(config.cues)
         self.renderer: PromptRenderer = renderer or ServerChatTemplate()
+        given = dict(endpoints or {})
+        if any(key not in ROLES or e.role != key for key, e in given.items()):
+            mapped = {key: e.role for key, e in given.items()}
+            raise ValueError(f"endpoints map 'large' and 'small' to their own role, not {mapped}")
         self.endpoints: dict[ModelRole, Endpoint] = {
-            "large": Endpoint(config.large, "large"),
-            "small": Endpoint(config.small, "small"),
+            role: given.get(role) or Endpoint(config.endpoint(role), role) for role in ROLES
         }
 
     async def __aenter__(self) -> RelaySwitcher:
@@ -118,8 +128,7 @@ class RelaySwitcher:
             self._prepare("large", chat), self._prepare("small", chat), return_exceptions=True
         )
         prepared: dict[ModelRole, tuple[RenderedPrompt, int | None]] = {}
-        roles: tuple[ModelRole, ModelRole] = ("large", "small")
-        for role, outcome in zip(roles, (large, small), strict=True):
+        for role, outcome in zip(ROLES, (large, small), strict=True):
             if isinstance(outcome, UpstreamFailure):
                 if role == "small" and self.config.policy.on_small_failure == "use_large":
                     continue  # unreachable small model: the large one writes everything

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from tests.fakes.scripted_vllm import ScriptedVLLM
+from relay_integrations.testing.scripted_vllm import ScriptedVLLM
 
 
 @contextmanager

@@ -28,6 +28,9 @@ from relay_integrations.core import (
     TextDelta,
 )
 from relay_integrations.core.config import CONTEXT_MARGIN
+from relay_integrations.core.endpoint import CompletionRequest, Endpoint, StreamPiece
+from relay_integrations.core.observer import RequestObserver
+from relay_integrations.core.switcher import ROLES
 from relay_integrations.testing import forcing, regex_literal
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.fakes.tcp_table import established
@@ -166,6 +169,41 @@ async def test_speculative_handoff_changes_when_requests_go_out_not_what_they_wr
                 break
             await asyncio.sleep(0.1)
         assert await running_requests(root) == 0
+
+
+async def test_a_request_observer_on_the_switchers_endpoints_sees_every_request(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    """Endpoints given to the switcher with an observer: every request vLLM served is seen
+    opened and closed, its final usage piece is the usage the result counts, and requests
+    opened ahead and not taken are seen closed early."""
+    seen: dict[str, list[str]] = {}
+    usage: dict[str, list[int]] = {"large": [], "small": []}
+
+    class Watching(RequestObserver):
+        async def opened(self, endpoint: Endpoint, request: CompletionRequest) -> None:
+            seen[request.headers["X-Request-Id"]] = [endpoint.role]
+
+        def piece(self, endpoint: Endpoint, request: CompletionRequest, piece: StreamPiece) -> None:
+            if piece.completion_tokens is not None:
+                usage[endpoint.role].append(piece.completion_tokens)
+
+        async def closed(
+            self, endpoint: Endpoint, request: CompletionRequest, completed: bool
+        ) -> None:
+            seen[request.headers["X-Request-Id"]].append("completed" if completed else "early")
+
+    config = qwen_config(qwen_large, qwen_small)
+    endpoints = {role: Endpoint(config.endpoint(role), role, observer=Watching()) for role in ROLES}
+    async with RelaySwitcher(config, endpoints=endpoints) as relay:
+        _, result = await run(relay, QWEN_TRACE)
+    assert result.text == QWEN_TRACE
+    outcomes = [events[-1] for events in seen.values()]
+    assert outcomes.count("early") == result.stats.speculative_misses
+    for role in ("large", "small"):
+        completed = sum(1 for events in seen.values() if events == [role, "completed"])
+        assert completed == result.usage[role].requests
+        assert sum(usage[role]) == result.usage[role].completion_tokens
 
 
 async def test_later_generations_reuse_the_first_ones_connections(

@@ -15,7 +15,7 @@ from relay_integrations.bench.stats import latest, summarize
 from relay_integrations.cli import main
 from relay_integrations.core import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
 from relay_integrations.jobs.datasets import DatasetError
-from tests.fakes.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
+from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
 from tests.fakes.threaded import serving
 
 TRACE = (

@@ -9,7 +9,8 @@ import pytest
 
 from relay_integrations.bench.generate import BenchRecord, Mode
 from relay_integrations.bench.report import markdown_table, write_plot
-from relay_integrations.bench.stats import latest, percentile, summarize
+from relay_integrations.bench.stats import latest, summarize
+from relay_integrations.jobs.statistics import median, percentile
 
 
 def record(mode: Mode, problem: str, sample: int = 0, **fields: Any) -> BenchRecord:
@@ -69,6 +70,12 @@ def test_percentile_interpolates_like_numpy(
     values: list[float], fraction: float, expected: float
 ) -> None:
     assert percentile(values, fraction) == pytest.approx(expected)
+
+
+def test_nothing_measured_has_no_percentile_or_median() -> None:
+    assert math.isnan(percentile([], 0.5))
+    assert math.isnan(median([]))
+    assert median([3.0, 1.0, 2.0]) == 2.0
 
 
 def test_latency_and_speedup_against_large() -> None:

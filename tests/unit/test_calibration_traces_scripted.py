@@ -11,7 +11,7 @@ from relay_integrations.calibration import ProblemSet, TraceFile, write_traces
 from relay_integrations.core import EndpointConfig, SamplingConfig
 from relay_integrations.core.endpoint import Endpoint, UpstreamFailure
 from relay_integrations.core.rendering import ServerChatTemplate
-from tests.fakes.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
+from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
 
 TRACE = "<think>\nSome reasoning. Therefore, done.\n</think>\n\nAnswer."
 

@@ -16,8 +16,8 @@ from relay_integrations.core.chat import (
 )
 from relay_integrations.core.switcher import RelaySwitcher
 from relay_integrations.core.tool_calls import ToolCall
-from tests.fakes.capable_model import CAPABLE_CUES, capable
-from tests.fakes.scripted_vllm import ScriptedModel, ScriptedVLLM
+from relay_integrations.testing.capable_model import CAPABLE_CUES, capable
+from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM
 
 WEATHER = {
     "type": "function",

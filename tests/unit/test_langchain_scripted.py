@@ -11,8 +11,8 @@ from langchain_core.messages import AIMessage
 from pydantic import ValidationError
 
 from relay_integrations.langchain import RelayChatModel
-from tests.fakes.capable_model import capable_server, relay_fields
-from tests.fakes.scripted_vllm import ScriptedVLLM
+from relay_integrations.testing.capable_model import capable_server, relay_fields
+from relay_integrations.testing.scripted_vllm import ScriptedVLLM
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from langchain_core.messages import AIMessage
 from langchain_tests.integration_tests import ChatModelIntegrationTests
 
-from tests.fakes.capable_model import capable_server, relay_fields
+from relay_integrations.testing.capable_model import capable_server, relay_fields
 from tests.fakes.threaded import serving
 from tests.unit.test_langchain_standard_unit import RelayCapabilities
 

@@ -19,8 +19,8 @@ from llama_index.core.base.llms.types import ChatMessage
 from relay_integrations.core.settings import RelaySettings
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
-from tests.fakes.capable_model import capable_server, relay_fields
-from tests.fakes.scripted_vllm import ScriptedVLLM
+from relay_integrations.testing.capable_model import capable_server, relay_fields
+from relay_integrations.testing.scripted_vllm import ScriptedVLLM
 from tests.fakes.threaded import serving
 
 QUESTION = "What is 2 + 2?"

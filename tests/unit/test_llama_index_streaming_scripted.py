@@ -15,8 +15,9 @@ from pydantic import BaseModel
 
 from relay_integrations.core.result import RelayResult
 from relay_integrations.llama_index import RelayLLM
-from tests.fakes.capable_model import capable_server, relay_fields
-from tests.fakes.scripted_vllm import ScriptedVLLM, tokenize
+from relay_integrations.testing.capable_model import capable_server, relay_fields
+from relay_integrations.testing.qwen3_template import tokenize
+from relay_integrations.testing.scripted_vllm import ScriptedVLLM
 from tests.fakes.threaded import serving
 
 

@@ -19,10 +19,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from relay_integrations.core import RelayConfig
 from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.server.logs import JsonFormatter
-from tests.fakes.capable_model import capable_relay_config, capable_server
+from relay_integrations.testing.capable_model import capable_relay_config, capable_server
+from relay_integrations.testing.scripted_vllm import ScriptedVLLM
 from tests.fakes.ports import refusing_port
 from tests.fakes.relay_http import ServedRelay, eventually, relay_http
-from tests.fakes.scripted_vllm import ScriptedVLLM
 from tests.fakes.threaded import serving
 
 QUESTION: Any = [{"role": "user", "content": "What is 7 * 6?"}]

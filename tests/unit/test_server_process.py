@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fakes.capable_model import CAPABLE_CUES, capable_server
-from tests.fakes.scripted_vllm import ScriptedVLLM
+from relay_integrations.testing.capable_model import CAPABLE_CUES, capable_server
+from relay_integrations.testing.scripted_vllm import ScriptedVLLM
 from tests.fakes.threaded import serving
 
 QUESTION = {"role": "user", "content": "What is 7 * 6?"}

@@ -20,7 +20,8 @@ from relay_integrations.core import (
     SwitchPolicy,
     TextDelta,
 )
-from tests.fakes.scripted_vllm import ASSISTANT, ScriptedModel, ScriptedVLLM
+from relay_integrations.testing.qwen3_template import ASSISTANT
+from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM
 
 # " Therefore" waits for its comma, " Now" for " we", "e." for "g" (refuted: "e.g." goes on),
 # "sum." for " It"

@@ -22,7 +22,8 @@ from relay_integrations.core import (
     TextDelta,
 )
 from relay_integrations.core.config import CONTEXT_MARGIN
-from tests.fakes.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM, render_chat, tokenize
+from relay_integrations.testing.qwen3_template import render_chat, tokenize
+from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
 
 TRACE = (
     "<think>\nLet me see. Therefore, the sum is 4. Then we go on. Now we check e.g. the sum. "

@@ -19,8 +19,8 @@ from relay_integrations.core import (
 )
 from relay_integrations.core.endpoint import CompletionRequest, Endpoint, UpstreamFailure
 from relay_integrations.server.generation import upstream_error
+from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
 from tests.fakes.ports import refusing_port
-from tests.fakes.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
 
 TRACE = "<think>\nLet me see. Therefore, it is 4.\n</think>\n\nThe answer is 4."
 MESSAGES = [{"role": "user", "content": "What is 2 + 2?"}]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .core.config import ModelRole, Phase, RequestHook
+from ..core.config import ModelRole, Phase, RequestHook
 
 _META = set("\\.^$*+?{}[]|()")
 

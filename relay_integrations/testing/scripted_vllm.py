@@ -1,25 +1,50 @@
 """An in-process server that speaks vLLM's OpenAI completions protocol, for fast unit tests
-and fault injection. The real proof is against vLLM itself (tests/integration).
+and fault injection without a GPU or a model (the ``server`` extra: starlette, uvicorn). The
+real proof is against vLLM itself; this is how the project's own unit tests and benchmarks
+stand in for it::
+
+    trace = "<think>\nLet me see. Therefore, it is 4.\n</think>\n\nIt is 4."
+    async with ScriptedVLLM(ScriptedModel("large", trace), ScriptedModel("small", trace)) as vllm:
+        config = RelayConfig(
+            large=EndpointConfig(base_url=vllm.base_url, model="large"),
+            small=EndpointConfig(base_url=vllm.base_url, model="small"),
+            cues=["Therefore,"],
+        )
+        async with RelaySwitcher(config) as relay:
+            result = await relay.generate([{"role": "user", "content": "2 + 2?"}])
+        vllm.models["small"].requests   # what the small model was sent
 
 A :class:`ScriptedModel` continues every prompt with the rest of a scripted trace: the prompt
 is the rendered chat (``ASSISTANT`` marks where the generation starts) plus whatever has been
 generated so far, and the reply is the trace after that. Streaming, stop strings with
 ``include_stop_str_in_output``, ``min_tokens``, ``max_tokens``, ``stop_reason``, usage with
-cached tokens (and in every chunk with ``stream_options.continuous_usage_stats``), vLLM's cap on
-stop strings (``max_stop_strings``), ``/tokenize``, ``/detokenize`` and ``/v1/models`` behave like vLLM's; a request
-without ``"stream": true`` gets the whole completion in one response. With ``api_key``, the
-``/v1`` routes want it as a bearer token, as vLLM's ``--api-key`` does. ``/tokenize`` renders
-chat messages (and tools) like vLLM with the Qwen3 chat template (:func:`render_chat`).
+cached tokens (and in every chunk with ``stream_options.continuous_usage_stats``), vLLM's cap
+on stop strings (``max_stop_strings``), ``/tokenize``, ``/detokenize`` and ``/v1/models``
+behave like vLLM's; a request without ``"stream": true`` gets the whole completion in one
+response. With ``api_key``, the ``/v1`` routes want it as a bearer token, as vLLM's
+``--api-key`` does. ``/tokenize`` renders chat messages (and tools) like vLLM with the Qwen3
+chat template (:func:`.qwen3_template.render_chat`). :class:`Fault` injects failures.
 
 A model's ``respond`` callback, when given, replaces the trace: it gets the prompt and the
-request body and returns the continuation (see ``tests/fakes/capable_model.py``).
+request body and returns the continuation (:mod:`.capable_model` answers like a capable
+reasoning model, tools and structured outputs included).
 """
 
 from __future__ import annotations
 
+try:
+    import starlette  # noqa: F401
+    import uvicorn
+except ImportError as missing:
+    raise ImportError(
+        f"relay_integrations.testing.scripted_vllm needs the server extra ({missing.name} is "
+        "missing): pip install 'relay-integrations[server]'",
+        name=missing.name,
+    ) from missing
+
+
 import asyncio
 import json
-import re
 import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -31,142 +56,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-ASSISTANT = "<|im_start|>assistant\n"
-THINKING_OFF = "<think>\n\n</think>\n\n"
-_TOKEN = re.compile(r" ?[A-Za-z]+| ?\d| ?[^\sA-Za-z\d]|\s")
-
-
-def tokenize(text: str) -> list[str]:
-    return _TOKEN.findall(text)
-
-
-TOOLS_INTRO = (
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
-)
-TOOLS_OUTRO = (
-    "\n</tools>\n\nFor each function call, return a json object with function name and "
-    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
-    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
-)
-
-
-def render_chat(
-    messages: list[dict[str, Any]],
-    thinking: bool = True,
-    tools: list[dict[str, Any]] | None = None,
-) -> str:
-    """The prompt vLLM renders with the Qwen3 chat template and ``add_generation_prompt``.
-
-    Messages are first normalised as vLLM does (text parts joined, tool-call arguments parsed
-    into objects, ``reasoning`` read), then rendered like the template: tools in the system
-    turn, reasoning kept only after the last user query, tool results grouped in user turns.
-    """
-    chat = [_normalize_message(m) for m in messages]
-    if not chat:
-        return ASSISTANT + ("" if thinking else THINKING_OFF)
-    text = _system_header(chat[0], [_normalize_tool(t) for t in tools or []])
-    last_query = _last_query_index(chat)
-    for i, message in enumerate(chat):
-        if message["role"] == "user" or (message["role"] == "system" and i > 0):
-            text += f"<|im_start|>{message['role']}\n{message['content']}<|im_end|>\n"
-        elif message["role"] == "assistant":
-            text += _render_assistant(message, after_query=i > last_query, last=i == len(chat) - 1)
-        elif message["role"] == "tool":
-            first = i == 0 or chat[i - 1]["role"] != "tool"
-            final = i == len(chat) - 1 or chat[i + 1]["role"] != "tool"
-            text += "<|im_start|>user" if first else ""
-            text += f"\n<tool_response>\n{message['content']}\n</tool_response>"
-            text += "<|im_end|>\n" if final else ""
-    return text + ASSISTANT + ("" if thinking else THINKING_OFF)
-
-
-def to_json(value: Any) -> str:
-    """The chat template's ``tojson`` (transformers': no ASCII escaping, default separators)."""
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _normalize_message(message: dict[str, Any]) -> dict[str, Any]:
-    """A message as vLLM hands it to the template: string content, parsed tool arguments."""
-    content = message.get("content")
-    if isinstance(content, list):
-        texts = [p.get("text", "") for p in content if p.get("type") == "text"]
-        content = "\n".join(texts)
-    normalized = {"role": message["role"], "content": content or ""}
-    calls = [_normalize_call(c) for c in message.get("tool_calls") or []]
-    if message["role"] == "assistant" and calls:
-        normalized["tool_calls"] = calls
-    if message["role"] == "assistant" and message.get("reasoning") is not None:
-        normalized["reasoning"] = message["reasoning"]  # vLLM passes it as reasoning_content
-    return normalized
-
-
-def _normalize_call(call: dict[str, Any]) -> dict[str, Any]:
-    """A tool call's name and arguments as an object (vLLM coerces bad JSON to ``{}``)."""
-    function = call.get("function") or call
-    arguments = function.get("arguments") or {}
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            arguments = {}
-    return {"name": function["name"], "arguments": arguments if isinstance(arguments, dict) else {}}
-
-
-def _normalize_tool(tool: dict[str, Any]) -> dict[str, Any]:
-    """A tool as vLLM re-serialises it: known fields only, missing ones as null."""
-    function = tool["function"]
-    normalized = {
-        "name": function["name"],
-        "description": function.get("description"),
-        "parameters": function.get("parameters"),
-    }
-    if function.get("strict") is not None:
-        normalized["strict"] = function["strict"]
-    return {"type": "function", "function": normalized}
-
-
-def _system_header(first: dict[str, Any], tools: list[dict[str, Any]]) -> str:
-    """The system turn: the first system message, then the tools block if there are tools."""
-    system = first["content"] if first["role"] == "system" else None
-    if not tools:
-        return "" if system is None else f"<|im_start|>system\n{system}<|im_end|>\n"
-    lines = "".join("\n" + to_json(t) for t in tools)
-    intro = "" if system is None else system + "\n\n"
-    return f"<|im_start|>system\n{intro}{TOOLS_INTRO}{lines}{TOOLS_OUTRO}<|im_end|>\n"
-
-
-def _last_query_index(chat: list[dict[str, Any]]) -> int:
-    """The last user message that is not a wrapped tool response (the template's rule)."""
-    for i in range(len(chat) - 1, -1, -1):
-        content = chat[i]["content"]
-        wrapped = content.startswith("<tool_response>") and content.endswith("</tool_response>")
-        if chat[i]["role"] == "user" and not wrapped:
-            return i
-    return len(chat) - 1
-
-
-def _render_assistant(message: dict[str, Any], after_query: bool, last: bool) -> str:
-    """An assistant turn: reasoning only after the last query, then content and tool calls."""
-    content: str = message["content"]
-    reasoning = message.get("reasoning")
-    if not isinstance(reasoning, str):
-        reasoning = ""
-        if "</think>" in content:
-            parts = content.split("</think>")
-            reasoning = parts[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
-            content = parts[-1].lstrip("\n")
-    text = "<|im_start|>assistant\n"
-    if after_query and (last or reasoning):
-        text += "<think>\n" + reasoning.strip("\n") + "\n</think>\n\n" + content.lstrip("\n")
-    else:
-        text += content
-    for i, call in enumerate(message.get("tool_calls", [])):
-        if i > 0 or content:
-            text += "\n"
-        arguments = to_json(call["arguments"])
-        text += f'<tool_call>\n{{"name": "{call["name"]}", "arguments": {arguments}}}\n</tool_call>'
-    return text + "<|im_end|>\n"
+from .qwen3_template import ASSISTANT, THINKING_OFF, render_chat, tokenize
 
 
 @dataclass
@@ -181,12 +71,25 @@ class Fault:
 
 @dataclass
 class ScriptedModel:
+    """One served model and what it saw.
+
+    ``trace``: the text it writes (continued from wherever the prompt's generation has got
+    to); ``respond(prompt, body)`` replaces it (:func:`.capable_model.capable`).
+    ``token_delay``: seconds per token, its stop token included. ``max_stop_strings``: vLLM's
+    ``VLLM_MAX_STOP_STRINGS`` (4 by default there; None: no cap). ``faults``: what the next
+    requests get instead (:class:`Fault`). ``requests``, ``headers``: every request's body and
+    headers, for tests to read; ``memory`` keeps only the last that many of them and of the
+    prompts it remembers for its cached tokens (None: all), so that a long benchmark run does
+    not slow it down as it goes.
+    """
+
     name: str
     trace: str
     max_model_len: int = 4096
     token_delay: float = 0.0
-    max_stop_strings: int | None = None  # vLLM's VLLM_MAX_STOP_STRINGS (4 by default there)
-    respond: Callable[[str, dict[str, Any]], str] | None = None  # (prompt, request body)
+    max_stop_strings: int | None = None
+    respond: Callable[[str, dict[str, Any]], str] | None = None
+    memory: int | None = None
     faults: list[Fault] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
@@ -215,7 +118,19 @@ class ScriptedModel:
                 n += 1
             best = max(best, n // block * block)
         self._seen_prompts.append(prompt_tokens)
+        self._forget()
         return min(best, max(len(prompt_tokens) - 1, 0) // block * block)
+
+    def record(self, body: dict[str, Any], headers: dict[str, str]) -> None:
+        """Remember a request (its body and headers), within ``memory``."""
+        self.requests.append(body)
+        self.headers.append(headers)
+        self._forget()
+
+    def _forget(self) -> None:
+        if self.memory is not None:
+            for remembered in (self.requests, self.headers, self._seen_prompts):
+                del remembered[: max(len(remembered) - self.memory, 0)]
 
 
 class ScriptedVLLM:
@@ -247,7 +162,7 @@ class ScriptedVLLM:
 
     async def __aenter__(self) -> ScriptedVLLM:
         self._task = asyncio.create_task(self._server.serve(sockets=[self._sock]))
-        while not self._server.started:
+        while not self._server.started:  # noqa: ASYNC110 (uvicorn's server has only a flag)
             await asyncio.sleep(0.01)
         return self
 
@@ -309,8 +224,7 @@ class ScriptedVLLM:
         model = self.models.get(body.get("model"))
         if model is None:
             return JSONResponse({"error": {"message": "model not found"}}, status_code=404)
-        model.requests.append(body)
-        model.headers.append(dict(request.headers))
+        model.record(body, dict(request.headers))
         stops = body.get("stop") or []
         if model.max_stop_strings is not None and len(stops) > model.max_stop_strings:
             message = (  # what vLLM 0.32 answers

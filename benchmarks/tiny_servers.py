@@ -1,22 +1,31 @@
 """Figures of the tiny test servers: decode speed of each model, and the prompt and cached
 tokens of every segment of one forced relay generation.
 
-    eval "$(scripts/vllm_servers.sh env)" && .venv/bin/python scripts/measure_tiny_servers.py
+    eval "$(scripts/vllm_servers.sh env)" && .venv/bin/python -m benchmarks tiny-servers
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
-import statistics
+import sys
 import time
 import uuid
+from collections.abc import Sequence
 
 import openai
 
 from relay_integrations.core import EndpointConfig, RelayConfig, RelaySwitcher, SamplingConfig
 from relay_integrations.core.config import SwitchPolicy
+from relay_integrations.jobs.statistics import median
 from relay_integrations.testing import forcing
+
+ENVIRONMENT = (
+    *("RELAY_TEST_QWEN_LARGE_URL", "RELAY_TEST_QWEN_LARGE_MODEL"),
+    *("RELAY_TEST_QWEN_SMALL_URL", "RELAY_TEST_QWEN_SMALL_MODEL"),
+    *("RELAY_TEST_R1_URL", "RELAY_TEST_R1_LARGE_MODEL"),
+)
 
 TRACE = (
     "<think>\nLet me compute the total. Therefore, the sum is 12. Now we check e.g. the parts."
@@ -39,10 +48,26 @@ async def tokens_per_second(url: str, model: str, tokens: int = 128, runs: int =
         assert response.usage is not None
         rates.append(response.usage.completion_tokens / (time.perf_counter() - started))
     await client.close()
-    return statistics.median(rates)
+    return median(rates)
 
 
-async def main() -> None:
+def main(argv: Sequence[str] = ()) -> int:
+    argparse.ArgumentParser(
+        prog="python -m benchmarks tiny-servers", description=__doc__.split("\n\n")[0]
+    ).parse_args(argv)
+    missing = [name for name in ENVIRONMENT if name not in os.environ]
+    if missing:
+        print(
+            f"not set: {', '.join(missing)}; start the tiny servers (scripts/vllm_servers.sh "
+            'start) and eval "$(scripts/vllm_servers.sh env)"',
+            file=sys.stderr,
+        )
+        return 2
+    asyncio.run(measure())
+    return 0
+
+
+async def measure() -> None:
     env = os.environ
     servers = [
         (env["RELAY_TEST_QWEN_LARGE_URL"], env["RELAY_TEST_QWEN_LARGE_MODEL"]),
@@ -94,4 +119,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(main(sys.argv[1:]))

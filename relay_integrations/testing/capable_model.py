@@ -62,16 +62,17 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from relay_integrations.core import RelayConfig
+from .qwen3_template import ASSISTANT, THINKING_OFF, TOOLS_INTRO, TOOLS_OUTRO, to_json
 
-from tests.fakes.scripted_vllm import ASSISTANT, THINKING_OFF, TOOLS_INTRO, TOOLS_OUTRO, to_json
+if TYPE_CHECKING:
+    from ..core import RelayConfig
+    from .scripted_vllm import ScriptedVLLM
 
 _TURN = re.compile(r"<\|im_start\|>(system|user|assistant)\n(.*?)<\|im_end\|>\n", re.S)
 _TOOL_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)
 _TOOL_RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.S)
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.]*\w)")
-_QUOTED = re.compile(r"(?<!\w)['\"“‘]([^'\"“”‘’\n]+?)['\"”’](?!\w)")
+_QUOTED = re.compile(r"(?<!\w)['\"“‘]([^'\"“”‘’\n]+?)['\"”’](?!\w)")  # noqa: RUF001 (typographic quotes)
 _CAPITALISED = re.compile(r"(?<!\w)[A-Z][\w'-]*(?:(?: |, )[A-Z][\w'-]*)*")
 _DECLINED = re.compile(r"\b(?:no|without(?: an?| the)?) ([a-z_]+)", re.I)
 _USE_TOOL = re.compile(
@@ -79,7 +80,7 @@ _USE_TOOL = re.compile(
 )
 _ABOUT = re.compile(r"\babout ([^.?!,;]+)", re.I)
 _ARITHMETIC = re.compile(
-    r"(-?\d+(?:\.\d+)?)\s*(\+|-|\*|/|x|×|÷|plus|minus|times|multiplied by|divided by)\s*"
+    r"(-?\d+(?:\.\d+)?)\s*(\+|-|\*|/|x|×|÷|plus|minus|times|multiplied by|divided by)\s*"  # noqa: RUF001
     r"(-?\d+(?:\.\d+)?)",
     re.I,
 )
@@ -308,8 +309,8 @@ def _result_hints(chat: Chat) -> Hints:
 
 
 _CONTEXT = re.compile(
-    r"Context information is below\.\s*-{3,}\s*(?P<context>.*?)\s*-{3,}.*?Query:\s*(?P<query>.*?)\s*"
-    r"(?:Answer:|$)",
+    r"Context information is below\.\s*-{3,}\s*(?P<context>.*?)\s*-{3,}.*?"
+    r"Query:\s*(?P<query>.*?)\s*(?:Answer:|$)",
     re.S,
 )
 
@@ -708,7 +709,7 @@ def _arithmetic(question: str) -> str | None:
         value = a + b
     elif op in ("-", "minus"):
         value = a - b
-    elif op in ("*", "x", "×", "times", "multiplied by"):
+    elif op in ("*", "x", "×", "times", "multiplied by"):  # noqa: RUF001 (the sign)
         value = a * b
     elif b == 0:
         return None
@@ -908,19 +909,23 @@ CAPABLE_CUES = ["Therefore,", "Now"]
 """The cues the capable model's reasoning uses as sentence starters."""
 
 
-def capable_server(token_delay: float = 0.0) -> Any:
-    """A scripted vLLM serving "large" and "small", both answering like a capable model."""
-    from tests.fakes.scripted_vllm import ScriptedModel, ScriptedVLLM
+def capable_server(token_delay: float = 0.0, memory: int | None = None) -> ScriptedVLLM:
+    """A scripted vLLM serving "large" and "small", both answering like a capable model
+    (``token_delay`` seconds a token; ``memory``: see :class:`.ScriptedModel`). Needs the
+    ``server`` extra (starlette, uvicorn)."""
+    from .scripted_vllm import ScriptedModel, ScriptedVLLM
 
     return ScriptedVLLM(
-        ScriptedModel("large", "", respond=capable, token_delay=token_delay),
-        ScriptedModel("small", "", respond=capable, token_delay=token_delay),
+        *(
+            ScriptedModel(name, "", respond=capable, token_delay=token_delay, memory=memory)
+            for name in ("large", "small")
+        )
     )
 
 
 def relay_fields(base_url: str, **fields: Any) -> dict[str, Any]:
     """Settings of a LangChain or LlamaIndex relay model over a capable server."""
-    from relay_integrations.core import SwitchPolicy
+    from ..core import SwitchPolicy
 
     return {
         "large_url": base_url,
@@ -935,7 +940,7 @@ def relay_fields(base_url: str, **fields: Any) -> dict[str, Any]:
 
 def capable_relay_config(base_url: str, small_url: str | None = None, **fields: Any) -> RelayConfig:
     """The ``RelayConfig`` of a relay over a capable server (``relaygen serve``'s tests)."""
-    from relay_integrations.core import EndpointConfig, RelayConfig, SwitchPolicy
+    from ..core import EndpointConfig, RelayConfig, SwitchPolicy
 
     return RelayConfig(
         large=EndpointConfig(base_url=base_url, model="large"),

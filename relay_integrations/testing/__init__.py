@@ -1,0 +1,20 @@
+"""Test helpers for the relay, as ``langchain_core`` ships its fake chat models: what this
+project's own tests and benchmarks use, public for an application's tests too.
+
+- :mod:`.forcing`: request hooks that make real models (even tiny random ones) write a known
+  text through vLLM's structured outputs, so a relay's segments are known in advance::
+
+      from relay_integrations.testing import forcing
+      result = await relay.generate(messages, request_hook=forcing(trace))
+      assert result.text == trace
+
+- :mod:`.scripted_vllm`: an in-process server speaking vLLM's completions protocol, scripted
+  per model, with fault injection (needs the ``server`` extra).
+- :mod:`.capable_model`: a scripted model that answers like a capable reasoning model (tool
+  calls, structured outputs, RAG, ReAct), and ``capable_server()`` serving two of them.
+- :mod:`.qwen3_template`: the Qwen3 chat template as vLLM renders it, in plain Python.
+"""
+
+from .forcing import forcing, regex_literal
+
+__all__ = ["forcing", "regex_literal"]
