@@ -6,11 +6,14 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+CONCURRENCY = 200
+"""Streams at once in a load round, by default."""
+
 
 class Settings(BaseModel):
     """What one run of the benchmark does."""
 
-    concurrency: int = 200
+    concurrency: int = CONCURRENCY
     """Streams at once in a load round."""
     rounds: int = 3
     """Load rounds per path."""

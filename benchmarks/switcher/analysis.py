@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from relay_integrations.core.config import ModelRole
+from relay_integrations.jobs.statistics import median
 
-from .meters import median
 from .recording import Generation, RequestRecord
+from .results import (
+    AloneFigures,
+    AuthorsFigures,
+    Breakdown,
+    EngineResult,
+    ModelRates,
+    ModeSummary,
+    RelayFigures,
+    ReplayFigures,
+    ReplayShapes,
+    Spread,
+    Summary,
+    TraceSummary,
+)
 from .servers import Tokenizer
 from .settings import BLOCK
 
@@ -60,7 +73,7 @@ def lookahead(record: RequestRecord) -> bool:
     return isinstance(record.stop_reason, str) and record.stop_reason[-1:].isspace()
 
 
-def breakdown(gen: Generation, penalty: Mapping[str, float]) -> dict[str, float]:
+def breakdown(gen: Generation, penalty: Mapping[str, float]) -> Breakdown:
     """Where the wall time of one generation goes, against what the round's rates predict.
 
     A request k of model m is modelled as o_m (forced) + P_k/p_m + (C_k - 1)/d_m (P: tokens
@@ -72,8 +85,6 @@ def breakdown(gen: Generation, penalty: Mapping[str, float]) -> dict[str, float]
     """
     rates = gen.rates
     reqs = gen.requests
-    ttft = sum((r.first or r.done or r.sent) - r.sent for r in reqs)
-    decoding = sum((r.done or r.sent) - (r.first or r.sent) for r in reqs)
     in_requests = sum((r.done or r.sent) - r.sent for r in reqs)
     fixed = sum(rates[r.role].overhead - 1 / rates[r.role].decode for r in reqs[1:])
     grammar = sum(rates[r.role].overhead_forced - rates[r.role].overhead for r in reqs)
@@ -85,39 +96,33 @@ def breakdown(gen: Generation, penalty: Mapping[str, float]) -> dict[str, float]
     handoffs = sum(
         penalty.get(r.role, 0.0) for prev, r in itertools.pairwise(reqs) if prev.role != r.role
     )
-    return {
-        "wall": gen.wall,
-        "ideal": gen.ideal,
-        "excess": excess,
-        "requests": len(reqs),
-        "rendering": gen.prepare,
-        "ttft_sum": ttft,
-        "ttft_predicted": sum(
+    residual = excess - gen.prepare - between - fixed - grammar - excess_prefill - handoffs - resume
+    return Breakdown(
+        wall=gen.wall,
+        ideal=gen.ideal,
+        excess=excess,
+        requests=len(reqs),
+        rendering=gen.prepare,
+        ttft_sum=sum((r.first or r.done or r.sent) - r.sent for r in reqs),
+        ttft_predicted=sum(
             rates[r.role].overhead_forced + r.prefilled / rates[r.role].prefill for r in reqs
         ),
-        "decoding_sum": decoding,
-        "decoding_predicted": sum(
+        decoding_sum=sum((r.done or r.sent) - (r.first or r.sent) for r in reqs),
+        decoding_predicted=sum(
             max(r.completion_tokens - 1, 0) / rates[r.role].decode for r in reqs
         ),
-        "models_lookups": sum(r.models_seconds for r in reqs),
-        "in_requests": in_requests,
-        "between_requests": between,
-        "request_fixed_costs": fixed,
-        "grammar_per_request": grammar,
-        "excess_prefill": excess_prefill,
-        "handoff_interference": handoffs,
-        "resume_overheads": resume,
-        "residual": excess
-        - gen.prepare
-        - between
-        - fixed
-        - grammar
-        - excess_prefill
-        - handoffs
-        - resume,
-        "lookahead_tokens": sum(1 for r in reqs if lookahead(r)),
-        "lookahead_seconds": sum(1 / rates[r.role].decode for r in reqs if lookahead(r)),
-    }
+        models_lookups=sum(r.models_seconds for r in reqs),
+        in_requests=in_requests,
+        between_requests=between,
+        request_fixed_costs=fixed,
+        grammar_per_request=grammar,
+        excess_prefill=excess_prefill,
+        handoff_interference=handoffs,
+        resume_overheads=resume,
+        residual=residual,
+        lookahead_tokens=sum(1 for r in reqs if lookahead(r)),
+        lookahead_seconds=sum(1 / rates[r.role].decode for r in reqs if lookahead(r)),
+    )
 
 
 def by(
@@ -143,165 +148,170 @@ def share(g: Generation) -> float:
     return g.completion("large") / total if total else float("nan")
 
 
+def completion(g: Generation) -> float:
+    """Tokens both models wrote."""
+    return g.completion("large") + g.completion("small")
+
+
 SHAPE_RATIOS = {
     "endpoint stream / raw stream (this client)": ("back_to_back", "raw_stream"),
     "raw stream / whole (vLLM streaming)": ("raw_stream", "whole"),
     "continuous usage / raw stream": ("raw_stream_continuous", "raw_stream"),
     "endpoint stream / whole (all streaming)": ("back_to_back", "whole"),
 }
+SHAPE_KINDS = ("back_to_back", "raw_stream", "raw_stream_continuous", "whole")
 
 
-def spread(values: Sequence[float]) -> list[float]:
-    """[median, min, max] of `values`."""
-    return [median(values), min(values), max(values)]
+def relay_figures(relay: Sequence[Generation]) -> RelayFigures:
+    return RelayFigures(
+        wall=med(relay, lambda g: g.wall),
+        ideal=med(relay, lambda g: g.ideal),
+        ratio=med(relay, lambda g: g.ratio),
+        ratio_range=(min(g.ratio for g in relay), max(g.ratio for g in relay)),
+        requests=med(relay, lambda g: len(g.requests)),
+        switches=med(relay, lambda g: g.switches),
+        prefilled=med(relay, lambda g: g.prefilled),
+        min_text=med(relay, lambda g: g.min_text),
+        large_share=med(relay, share),
+        completion=med(relay, completion),
+        text_ok=all(g.text_ok for g in relay),
+    )
+
+
+def replay_figures(replayed: Sequence[Generation]) -> ReplayFigures | None:
+    if not replayed:
+        return None
+    return ReplayFigures(
+        back_to_back=med(replayed, lambda g: g.replays["back_to_back"]),
+        paused=med(replayed, lambda g: g.replays["paused"]),
+        relay_over_replay=med(replayed, lambda g: g.wall / g.replays["back_to_back"]),
+        interference=med(replayed, lambda g: g.replays["back_to_back"] / g.replays["paused"]),
+        paused_over_ideal=med(replayed, lambda g: g.replays["paused"] / g.ideal),
+        same_tokens=all(g.replays_same_tokens for g in replayed),
+    )
+
+
+def replay_shapes(replayed: Sequence[Generation]) -> ReplayShapes | None:
+    raw = [g for g in replayed if "whole" in g.replays]
+    if not raw:
+        return None
+    return ReplayShapes(
+        seconds={k: median([g.replays[k] for g in raw]) for k in SHAPE_KINDS},
+        ratios={
+            name: Spread.of([g.replays[a] / g.replays[b] for g in raw])
+            for name, (a, b) in SHAPE_RATIOS.items()
+        },
+    )
+
+
+def authors_figures(
+    authors: Sequence[Generation], relay: Sequence[Generation]
+) -> AuthorsFigures | None:
+    if not authors:
+        return None
+    # paired by run: the two ran back to back on the same trace
+    pairs = [(a, r) for a in authors for r in relay if a.run == r.run]
+    walls = [a.wall / r.wall for a, r in pairs]
+    return AuthorsFigures(
+        wall=med(authors, lambda g: g.wall),
+        ideal=med(authors, lambda g: g.ideal),
+        ratio=med(authors, lambda g: g.ratio),
+        requests=med(authors, lambda g: len(g.requests)),
+        switches=med(authors, lambda g: g.switches),
+        prefilled=med(authors, lambda g: g.prefilled),
+        min_text=med(authors, lambda g: g.min_text),
+        models_lookups=med(authors, lambda g: sum(r.models_seconds for r in g.requests)),
+        completion=med(authors, completion),
+        text_ok=all(g.text_ok for g in authors),
+        divergence=next((g.divergence() for g in authors if not g.text_ok), ""),
+        over_relay_wall=median(walls),
+        over_relay_prefill=median([a.prefilled / r.prefilled for a, r in pairs]),
+        over_relay_wall_range=(min(walls), max(walls)),
+    )
+
+
+def alone_figures(
+    alone: Sequence[Generation], relay: RelayFigures, authors: AuthorsFigures | None
+) -> AloneFigures | None:
+    if not alone:
+        return None
+    wall = med(alone, lambda g: g.wall)
+    return AloneFigures(
+        wall=wall,
+        ideal=med(alone, lambda g: g.ideal),
+        ratio=med(alone, lambda g: g.ratio),
+        completion=med(alone, lambda g: g.completion("large")),
+        speedup_relay=wall / relay.wall,
+        speedup_authors=wall / authors.wall if authors else None,
+    )
 
 
 def trace_summary(
     gens: Sequence[Generation], mode: str, name: str, penalty: Mapping[str, float]
-) -> dict[str, Any]:
+) -> TraceSummary:
     relay, authors = by(gens, "relay", mode, name), by(gens, "authors", mode, name)
-    alone = by(gens, "large_alone", mode, name)
-    e: dict[str, Any] = {
-        "relay_wall": med(relay, lambda g: g.wall),
-        "relay_ideal": med(relay, lambda g: g.ideal),
-        "relay_ratio": med(relay, lambda g: g.ratio),
-        "relay_ratio_range": [min(g.ratio for g in relay), max(g.ratio for g in relay)],
-        "relay_requests": med(relay, lambda g: len(g.requests)),
-        "relay_switches": med(relay, lambda g: g.switches),
-        "relay_prefilled": med(relay, lambda g: g.prefilled),
-        "relay_min_text": med(relay, lambda g: g.min_text),
-        "relay_large_share": med(relay, share),
-        "relay_completion": med(relay, lambda g: g.completion("large") + g.completion("small")),
-        "relay_text_ok": all(g.text_ok for g in relay),
-        "canonical_share": med(relay + authors, lambda g: g.canonical_share),
-        "foreign_cores": med(relay + authors, lambda g: g.foreign_cores),
-        "foreign_cores_max": max(g.foreign_cores for g in relay + authors),
-        "foreign_requests": sum(g.foreign_requests for g in relay + authors),
-        "disturbed_runs": sum(1 for g in relay + authors if not g.quiet),
-        "runs": len(relay + authors),
-        "fallbacks": sum(g.fallbacks for g in relay + authors),
-    }
+    both = relay + authors
     replayed = [g for g in relay if g.replays]
-    if replayed:
-        e |= {
-            "replay_back_to_back": med(replayed, lambda g: g.replays["back_to_back"]),
-            "replay_paused": med(replayed, lambda g: g.replays["paused"]),
-            "relay_over_replay": med(replayed, lambda g: g.wall / g.replays["back_to_back"]),
-            "replay_interference": med(
-                replayed, lambda g: g.replays["back_to_back"] / g.replays["paused"]
-            ),
-            "replay_paused_over_ideal": med(replayed, lambda g: g.replays["paused"] / g.ideal),
-            "replays_same_tokens": all(g.replays_same_tokens for g in replayed),
-        }
-    raw = [g for g in replayed if "whole" in g.replays]
-    if raw:
-        kinds = ("back_to_back", "raw_stream", "raw_stream_continuous", "whole")
-        e["replay_shapes"] = {k: median([g.replays[k] for g in raw]) for k in kinds}
-        e["replay_shape_ratios"] = {
-            name: spread([g.replays[a] / g.replays[b] for g in raw])
-            for name, (a, b) in SHAPE_RATIOS.items()
-        }
-    parts = [breakdown(g, penalty) for g in relay]
-    e["relay_breakdown"] = {k: median([p[k] for p in parts]) for k in parts[0]}
-    if authors:
-        e |= {
-            "authors_wall": med(authors, lambda g: g.wall),
-            "authors_ideal": med(authors, lambda g: g.ideal),
-            "authors_ratio": med(authors, lambda g: g.ratio),
-            "authors_requests": med(authors, lambda g: len(g.requests)),
-            "authors_switches": med(authors, lambda g: g.switches),
-            "authors_prefilled": med(authors, lambda g: g.prefilled),
-            "authors_min_text": med(authors, lambda g: g.min_text),
-            "authors_models_lookups": med(
-                authors, lambda g: sum(r.models_seconds for r in g.requests)
-            ),
-            "authors_completion": med(
-                authors, lambda g: g.completion("large") + g.completion("small")
-            ),
-            "authors_text_ok": all(g.text_ok for g in authors),
-            "authors_divergence": next((g.divergence() for g in authors if not g.text_ok), ""),
-        }
-        # paired by run: the two ran back to back on the same trace
-        pairs = [(a, r) for a in authors for r in relay if a.run == r.run]
-        e["authors_over_relay_wall"] = median([a.wall / r.wall for a, r in pairs])
-        e["authors_over_relay_prefill"] = median([a.prefilled / r.prefilled for a, r in pairs])
-        e["authors_over_relay_wall_range"] = [
-            min(a.wall / r.wall for a, r in pairs),
-            max(a.wall / r.wall for a, r in pairs),
-        ]
-    if alone:
-        e |= {
-            "alone_wall": med(alone, lambda g: g.wall),
-            "alone_ideal": med(alone, lambda g: g.ideal),
-            "alone_ratio": med(alone, lambda g: g.ratio),
-            "alone_completion": med(alone, lambda g: g.completion("large")),
-            "speedup_relay": med(alone, lambda g: g.wall) / e["relay_wall"],
-            "speedup_authors": (
-                med(alone, lambda g: g.wall) / e["authors_wall"] if authors else None
-            ),
-        }
-    return e
+    relay_part, authors_part = relay_figures(relay), authors_figures(authors, relay)
+    return TraceSummary(
+        relay=relay_part,
+        canonical_share=med(both, lambda g: g.canonical_share),
+        foreign_cores=med(both, lambda g: g.foreign_cores),
+        foreign_cores_max=max(g.foreign_cores for g in both),
+        foreign_requests=sum(g.foreign_requests for g in both),
+        disturbed_runs=sum(1 for g in both if not g.quiet),
+        runs=len(both),
+        fallbacks=sum(g.fallbacks for g in both),
+        replay=replay_figures(replayed),
+        replay_shapes=replay_shapes(replayed),
+        relay_breakdown=Breakdown.median_of([breakdown(g, penalty) for g in relay]),
+        authors=authors_part,
+        alone=alone_figures(by(gens, "large_alone", mode, name), relay_part, authors_part),
+    )
 
 
-def summarize(engine: dict[str, Any]) -> dict[str, Any]:
-    gens: list[Generation] = engine["generations"]
-    penalty = {role: x.handoff_penalty for role, x in engine["extras"].items()}
-    out: dict[str, Any] = {"rates": {}, "by_mode": {}}
-    for mode in engine["modes"]:
-        rounds = [r["rates"] for r in engine["rounds"] if r["mode"] == mode]
-        rates: dict[str, dict[str, Any]] = {}
-        for role in ("large", "small"):
-            rates[role] = {}
-            for key in (
-                "overhead",
-                "overhead_forced",
-                "overhead_resume",
-                "prefill",
-                "decode",
-            ):
-                values = [getattr(r[role], key) for r in rounds]
-                rates[role][key] = median(values)
-                rates[role][key + "_range"] = [min(values), max(values)]
-        out["rates"][mode] = rates
-        relay_all, authors_all = by(gens, "relay", mode), by(gens, "authors", mode)
-        quiet = [g for g in relay_all if g.quiet]
-        out["by_mode"][mode] = {
-            "traces": {
-                t["name"]: trace_summary(gens, mode, t["name"], penalty) for t in engine["traces"]
-            },
-            "ratio_median": med(relay_all, lambda g: g.ratio),
-            "relay_over_replay_median": med(
-                [g for g in relay_all if g.replays],
-                lambda g: g.wall / g.replays["back_to_back"],
-            )
-            if any(g.replays for g in relay_all)
-            else None,
-            "ratio_quiet": med(quiet, lambda g: g.ratio) if quiet else None,
-            "quiet_runs": len(quiet),
-            "rates_foreign_cores": median(
-                [r["foreign_cores"] for r in engine["rounds"] if r["mode"] == mode]
-            ),
-            "speed_ratio": rates["small"]["decode"] / rates["large"]["decode"],
-            "max_excess_text": max(r.prefilled - r.min_text for g in relay_all for r in g.requests),
-            "excess_median": median(
-                [r.prefilled - r.min_text for g in relay_all for r in g.requests[1:]]
-            ),
-            "authors_max_excess_text": max(
-                (r.prefilled - r.min_text for g in authors_all for r in g.requests), default=0
-            ),
-            "requests_over_block_text": sum(
-                1 for g in relay_all for r in g.requests if r.prefilled - r.min_text > BLOCK
-            ),
-            "prompt_mismatches": sum(r.prompt_mismatch for g in relay_all for r in g.requests),
-            "requests": sum(len(g.requests) for g in relay_all),
-        }
-    return out
+def excesses(gens: Sequence[Generation], skip: int = 0) -> list[int]:
+    """Tokens prefilled above the minimum, of each request (after the first `skip` of each
+    generation)."""
+    return [r.prefilled - r.min_text for g in gens for r in g.requests[skip:]]
 
 
-def example_generation(engine: dict[str, Any]) -> Generation | None:
+def mode_summary(engine: EngineResult, mode: str) -> ModeSummary:
+    gens = engine.generations
+    penalty = {role: x.handoff_penalty for role, x in engine.extras.items()}
+    rounds = [r for r in engine.rounds if r.mode == mode]
+    rates = {role: ModelRates.over([r.rates[role] for r in rounds]) for role in ("large", "small")}
+    relay_all = by(gens, "relay", mode)
+    replayed = [g for g in relay_all if g.replays]
+    quiet = [g for g in relay_all if g.quiet]
+    return ModeSummary(
+        rates=rates,
+        traces={t.name: trace_summary(gens, mode, t.name, penalty) for t in engine.traces},
+        ratio_median=med(relay_all, lambda g: g.ratio),
+        relay_over_replay_median=(
+            med(replayed, lambda g: g.wall / g.replays["back_to_back"]) if replayed else None
+        ),
+        ratio_quiet=med(quiet, lambda g: g.ratio) if quiet else None,
+        quiet_runs=len(quiet),
+        rates_foreign_cores=median([r.foreign_cores for r in rounds]),
+        speed_ratio=rates["small"].decode.median / rates["large"].decode.median,
+        max_excess_text=max(excesses(relay_all)),
+        excess_median=median(excesses(relay_all, skip=1)),
+        authors_max_excess_text=max(excesses(by(gens, "authors", mode)), default=0),
+        requests_over_block_text=sum(1 for x in excesses(relay_all) if x > BLOCK),
+        prompt_mismatches=sum(r.prompt_mismatch for g in relay_all for r in g.requests),
+        requests=sum(len(g.requests) for g in relay_all),
+    )
+
+
+def summarize(engine: EngineResult) -> Summary:
+    return Summary(by_mode={mode: mode_summary(engine, mode) for mode in engine.modes})
+
+
+def example_generation(engine: EngineResult) -> Generation | None:
     """The relay generation of median wall time (first forcing, first trace)."""
     gens = sorted(
-        by(engine["generations"], "relay", engine["modes"][0], engine["traces"][0]["name"]),
+        by(engine.generations, "relay", engine.modes[0], engine.traces[0].name),
         key=lambda g: g.wall,
     )
     return gens[len(gens) // 2] if gens else None

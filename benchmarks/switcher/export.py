@@ -9,37 +9,56 @@ from typing import Any
 import numpy as np
 
 from .analysis import example_generation
+from .client_cost import ClientCosts
+from .results import EngineResult, RunFacts, Summary, TraceSummary
 from .settings import BLOCK
 from .variants import variant_summary
 
 
 def to_json(
-    engine: dict[str, Any],
-    summary: dict[str, Any],
-    facts: dict[str, Any],
-    client: dict[str, Any] | None,
+    engine: EngineResult, summary: Summary, facts: RunFacts, client: ClientCosts | None
 ) -> dict[str, Any]:
     return {
-        "facts": facts,
-        "traces": engine["traces"],
-        "extras": {role: asdict(x) for role, x in engine["extras"].items()},
-        "rounds": [
-            {**r, "rates": {role: asdict(x) for role, x in r["rates"].items()}}
-            for r in engine["rounds"]
-        ],
-        "summary": summary,
-        "rendering": engine["rendering"],
-        "generations": [g.summary() for g in engine["generations"]],
-        "client": client,
-        "variants": [asdict(r) for r in variant_summary(engine)],
+        "facts": facts.model_dump(),
+        "traces": [t.model_dump() for t in engine.traces],
+        "extras": {role: asdict(x) for role, x in engine.extras.items()},
+        "rounds": [asdict(r) for r in engine.rounds],
+        "summary": summary.model_dump(),
+        "rendering": engine.rendering,
+        "generations": [g.summary() for g in engine.generations],
+        "client": client.model_dump() if client is not None else None,
+        "variants": [r.model_dump() for r in variant_summary(engine)],
     }
 
 
-def plot(path: Path, engine: dict[str, Any], summary: dict[str, Any]) -> None:
+PALETTE = {
+    "large alone": "grey",
+    "ideal": "tab:green",
+    "requests, paused": "tab:olive",
+    "requests, back to back": "tab:cyan",
+    "relay": "tab:blue",
+    "authors": "tab:red",
+}
+
+
+def wall_times(e: TraceSummary) -> list[tuple[str, float]]:
+    """The median wall times of one trace the plot shows (label, seconds), those measured."""
+    bars = [
+        ("large alone", e.alone.wall if e.alone else None),
+        ("ideal", e.relay.ideal),
+        ("requests, paused", e.replay.paused if e.replay else None),
+        ("requests, back to back", e.replay.back_to_back if e.replay else None),
+        ("relay", e.relay.wall),
+        ("authors", e.authors.wall if e.authors else None),
+    ]
+    return [(label, value) for label, value in bars if value is not None]
+
+
+def plot(path: Path, engine: EngineResult, summary: Summary) -> None:
     from relay_integrations.jobs.plotting import pyplot
 
     plt = pyplot()
-    modes: list[str] = engine["modes"]
+    modes = engine.modes
     fig, (left, right) = plt.subplots(1, 2, figsize=(15, 5.5))
     g = example_generation(engine)
     if g is not None:
@@ -57,28 +76,12 @@ def plot(path: Path, engine: dict[str, Any], summary: dict[str, Any]) -> None:
         left.set_title(f"Prefill per request, one relay generation ({g.mode} forcing, {g.trace})")
         left.legend()
     labels, values, colors = [], [], []
-    palette = {
-        "large alone": "grey",
-        "ideal": "tab:green",
-        "requests, paused": "tab:olive",
-        "requests, back to back": "tab:cyan",
-        "relay": "tab:blue",
-        "authors": "tab:red",
-    }
     for mode in modes:
-        for name, e in summary["by_mode"][mode]["traces"].items():
-            for key, label in (
-                ("alone_wall", "large alone"),
-                ("relay_ideal", "ideal"),
-                ("replay_paused", "requests, paused"),
-                ("replay_back_to_back", "requests, back to back"),
-                ("relay_wall", "relay"),
-                ("authors_wall", "authors"),
-            ):
-                if key in e:
-                    labels.append(f"{label}\n{name}, {mode}")
-                    values.append(e[key])
-                    colors.append(palette[label])
+        for name, e in summary.by_mode[mode].traces.items():
+            for label, value in wall_times(e):
+                labels.append(f"{label}\n{name}, {mode}")
+                values.append(value)
+                colors.append(PALETTE[label])
     right.bar(range(len(values)), values, color=colors)
     right.set_xticks(range(len(values)), labels, fontsize=7, rotation=90)
     right.set_ylabel("seconds per generation (median)")

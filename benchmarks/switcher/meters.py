@@ -1,23 +1,21 @@
-"""Progress output, medians, and what others did on the shared machine and servers meanwhile."""
+"""Progress output, and what others did on the shared machine and servers meanwhile."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import statistics
 import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import httpx
 
+from benchmarks.machine import REPO
+from benchmarks.proc import machine_busy_seconds, process_groups_seconds
 from relay_integrations.core.config import ModelRole
 
 from .servers import Server
-from .settings import REPO
 
 _STARTED = time.monotonic()
 SETTLE_PAUSE = 0.5  # seconds between reads of a counter that is settling
@@ -26,21 +24,6 @@ SETTLE_TRIES = 20
 
 def log(message: str) -> None:
     print(f"[{time.monotonic() - _STARTED:6.0f}s] {message}", file=sys.stderr, flush=True)
-
-
-def median(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-def load_average() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 class CpuMeter:
@@ -55,26 +38,11 @@ class CpuMeter:
         for name in names:
             with contextlib.suppress(OSError, ValueError):
                 self.groups.add(int((REPO / ".cache" / "run" / f"{name}.pid").read_text()))
-        self.tick = os.sysconf("SC_CLK_TCK")
 
     def _snapshot(self) -> tuple[float, float, float]:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
-        busy = user + nice + system + irq + softirq + steal
-        servers = own = 0
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text().rpartition(")")[2].split()
-            except OSError:
-                continue
-            ticks = int(stat[11]) + int(stat[12])
-            if int(stat[2]) in self.groups:
-                servers += ticks
-            elif int(entry.name) == os.getpid():
-                own += ticks
-        return busy / self.tick, servers / self.tick, own / self.tick
+        busy = machine_busy_seconds()
+        servers, own = process_groups_seconds(self.groups)
+        return busy, servers, own
 
     def start(self) -> tuple[float, float, float]:
         return self._snapshot()

@@ -14,10 +14,11 @@ import openai
 from openai.types import Completion
 
 from relay_integrations.core.config import ModelRole
+from relay_integrations.jobs.statistics import median
 from relay_integrations.testing import regex_literal
 
 from .forcing import Rest, forced_body
-from .meters import SENT, WRITTEN, median
+from .meters import SENT, WRITTEN
 from .servers import Server
 from .settings import (
     DECODE_CONTEXT,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from relay_integrations.core import EndpointConfig
 from relay_integrations.core.config import ModelRole
 from relay_integrations.core.endpoint import CompletionRequest, Endpoint, StreamPiece
+from relay_integrations.core.observer import RequestObserver
 
 from .rates import Rates
 from .settings import QUIET
@@ -67,54 +67,65 @@ class RequestRecord:
         }
 
 
-class RecordingEndpoint(Endpoint):
-    """The switcher's endpoint, unchanged, recording every request it sends.
+class Recorder(RequestObserver):
+    """Records every request of the endpoints it observes, in the order they were sent.
 
-    It wraps the public ``stream_completion`` only; the pieces the switcher sees are the
-    endpoint's own.
+    Given to the switcher's endpoints (``Endpoint(..., observer=recorder)``); the pieces the
+    switcher sees are the endpoints' own.
     """
 
-    def __init__(self, config: EndpointConfig, role: ModelRole) -> None:
-        super().__init__(config, role)
+    def __init__(self) -> None:
         self.log: list[RequestRecord] = []
-        self.phase: str = "reasoning"  # set by the request hook just before each request
-        self.settled: Callable[[], Awaitable[tuple[float, float]]] | None = None
-        """When set: vLLM's settled (finished requests, generated tokens) counters, read
+        self.phase: dict[ModelRole, str] = {"large": "reasoning", "small": "reasoning"}
+        """Of each model's next request: set by the request hook just before it is sent."""
+        self.settled: Callable[[ModelRole], Awaitable[tuple[float, float]]] | None = None
+        """When set: a server's settled (finished requests, generated tokens) counters, read
         before and after every request (an untimed pass that measures each one's overshoot)."""
+        self._open: dict[int, tuple[RequestRecord, tuple[float, float]]] = {}
+        # by id(request): the endpoint hands the same object to every callback of a request
 
-    async def stream_completion(
-        self, request: CompletionRequest
-    ) -> AsyncGenerator[StreamPiece, None]:
-        before = await self.settled() if self.settled else (0.0, 0.0)
+    async def opened(self, endpoint: Endpoint, request: CompletionRequest) -> None:
+        before = await self.settled(endpoint.role) if self.settled else (0.0, 0.0)
         record = RequestRecord(
-            self.role,
+            endpoint.role,
             time.perf_counter(),
             prompt_text=request.prompt,
-            phase=self.phase,
+            phase=self.phase[endpoint.role],
             request=request,
         )
         self.log.append(record)
         record.discarded = True  # until the stream is read to its end
-        async for piece in super().stream_completion(request):
-            if record.first is None:
-                record.first = time.perf_counter()
-            record.text += piece.text
-            if piece.finish_reason is not None:
-                record.finish_reason, record.stop_reason = piece.finish_reason, piece.stop_reason
-            if piece.completion_tokens is not None:
-                record.prompt_tokens = piece.prompt_tokens or 0
-                record.cached_tokens = piece.cached_tokens or 0
-                record.completion_tokens = piece.completion_tokens
-            yield piece
+        self._open[id(request)] = record, before
+
+    def piece(self, endpoint: Endpoint, request: CompletionRequest, piece: StreamPiece) -> None:
+        record = self._open[id(request)][0]
+        if record.first is None:
+            record.first = time.perf_counter()
+        record.text += piece.text
+        if piece.finish_reason is not None:
+            record.finish_reason, record.stop_reason = piece.finish_reason, piece.stop_reason
+        if piece.completion_tokens is not None:
+            record.prompt_tokens = piece.prompt_tokens or 0
+            record.cached_tokens = piece.cached_tokens or 0
+            record.completion_tokens = piece.completion_tokens
+
+    async def closed(self, endpoint: Endpoint, request: CompletionRequest, completed: bool) -> None:
+        record, before = self._open.pop(id(request))
+        if not completed:
+            return  # closed before its end: opened ahead of a hand-off that did not come
         record.discarded = False
         record.done = time.perf_counter()
-        past_limit = request.stop[self.stop_limit :] if self.stop_limit is not None else ()
-        record.cut = record.stop_reason in past_limit
+        limit = endpoint.stop_limit
+        record.cut = record.stop_reason in (request.stop[limit:] if limit is not None else ())
         if self.settled:
-            after = await self.settled()
+            after = await self.settled(endpoint.role)
             record.generated = round(after[1] - before[1])
             # vLLM counts a finished request, not an aborted one: more is someone else's
             record.foreign = after[0] - before[0] > (0 if record.cut else 1)
+
+    def sent(self) -> list[RequestRecord]:
+        """The requests recorded since the log was last emptied, by the time they were sent."""
+        return sorted(self.log, key=lambda r: r.sent)
 
 
 def own_counts(requests: Sequence[RequestRecord]) -> tuple[Counter[str], Counter[str]]:

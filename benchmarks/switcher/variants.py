@@ -24,12 +24,15 @@ it wrote past the cue.
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from pydantic import BaseModel
+
+from relay_integrations.jobs.statistics import median
 
 from .recording import Generation
+from .results import EngineResult, Spread
 
 
 @dataclass(frozen=True)
@@ -62,24 +65,7 @@ VARIANTS = {
 DEFAULT_RELAY = RelayVariant("relay", "stop strings (13 a large request, 8 a small one)")
 
 
-@dataclass(frozen=True)
-class Spread:
-    median: float
-    low: float
-    high: float
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> Spread | None:
-        if not values:
-            return None
-        return cls(statistics.median(values), min(values), max(values))
-
-    def __str__(self) -> str:
-        return f"{self.median:.3f} [{self.low:.3f}-{self.high:.3f}]"
-
-
-@dataclass(frozen=True)
-class Overshoot:
+class Overshoot(BaseModel, frozen=True):
     """Tokens vLLM wrote past a stop string the client found, per closed request."""
 
     cuts: int  # requests the client closed
@@ -88,8 +74,7 @@ class Overshoot:
     server_stopped_extra: int  # the same for requests vLLM stopped itself (should be 0)
 
 
-@dataclass(frozen=True)
-class VariantRow:
+class VariantRow(BaseModel, frozen=True):
     approach: str
     mode: str
     trace: str
@@ -125,9 +110,12 @@ def overshoot(timed: Sequence[Generation], settled: Sequence[Generation]) -> Ove
         for g in timed
         if g.cuts and g.foreign_requests == 0
     ]
-    cuts = statistics.median([g.cuts for g in timed]) if timed else 0
+    cuts = median([g.cuts for g in timed]) if timed else 0
     return Overshoot(
-        round(cuts), Spread.of(per_cut), Spread.of(in_runs), sum(stopped) if stopped else 0
+        cuts=round(cuts),
+        per_cut=Spread.of_any(per_cut),
+        per_cut_in_runs=Spread.of_any(in_runs),
+        server_stopped_extra=sum(stopped) if stopped else 0,
     )
 
 
@@ -145,16 +133,16 @@ def variant_row(
     relay_stops = {g.run: stops_of(g) for g in relay}
     settled = [g for g in gens if g.approach == approach and g.mode == mode and g.trace == trace]
     return VariantRow(
-        approach,
-        mode,
-        trace,
-        len(mine),
-        Spread.of([g.wall for g in mine]),
-        Spread.of(_paired(mine, relay)) if approach != "relay" else None,
-        Spread.of(_paired(authors, mine)),
-        all(stops_of(g) == relay_stops.get(g.run, stops_of(g)) for g in mine),
-        all(g.text_ok for g in mine),
-        overshoot(mine, [g for g in settled if g.run < 0]) if streams else None,
+        approach=approach,
+        mode=mode,
+        trace=trace,
+        runs=len(mine),
+        wall=Spread.of_any([g.wall for g in mine]),
+        over_relay=Spread.of_any(_paired(mine, relay)) if approach != "relay" else None,
+        authors_over=Spread.of_any(_paired(authors, mine)),
+        same_stops_as_relay=all(stops_of(g) == relay_stops.get(g.run, stops_of(g)) for g in mine),
+        text_ok=all(g.text_ok for g in mine),
+        overshoot=overshoot(mine, [g for g in settled if g.run < 0]) if streams else None,
     )
 
 
@@ -170,9 +158,9 @@ def variant_rows(
     ]
 
 
-def variant_summary(engine: Mapping[str, Any]) -> list[VariantRow]:
-    traces = [t["name"] for t in engine["traces"]]
-    return variant_rows(engine["generations"], engine["modes"], traces, engine["variants"])
+def variant_summary(engine: EngineResult) -> list[VariantRow]:
+    traces = [t.name for t in engine.traces]
+    return variant_rows(engine.generations, engine.modes, traces, engine.variants)
 
 
 def report_lines(rows: Sequence[VariantRow]) -> list[str]:

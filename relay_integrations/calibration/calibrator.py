@@ -23,7 +23,6 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import Any
 
 from .. import __version__
@@ -36,6 +35,7 @@ from ..core.artifact import (
     SelectionRule,
     TraceSampling,
 )
+from ..core.closing import AsyncClosing
 from ..core.config import EndpointConfig, ReasoningMarkers, SamplingConfig
 from ..core.endpoint import Endpoint
 from ..core.errors import RelayError
@@ -73,7 +73,7 @@ class CalibrationOutcome:
     """Ids of traces with no reasoning text (the model never opened its reasoning)."""
 
 
-class Calibrator:
+class Calibrator(AsyncClosing):
     """Writes traces on the large endpoint, scores them on the small one, selects the cues."""
 
     def __init__(
@@ -102,17 +102,6 @@ class Calibrator:
         self.show_progress = show_progress
         self.seconds = 0.0
         """Wall time spent writing traces and calibrating, recorded in the artifact."""
-
-    async def __aenter__(self) -> Calibrator:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         await asyncio.gather(*(e.aclose() for e in (self.small, self.large) if e is not None))

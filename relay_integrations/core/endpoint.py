@@ -24,7 +24,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import openai
@@ -32,6 +32,8 @@ from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from .client_shards import ClientShards
+from .completion import CompletionRequest as CompletionRequest
+from .completion import StreamPiece as StreamPiece
 from .config import EndpointConfig, ModelRole
 from .errors import RelayError, UpstreamKind
 from .observer import RequestObserver
@@ -42,35 +44,6 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 MAX_RETRY_AFTER = 60.0
-
-
-@dataclass(frozen=True)
-class CompletionRequest:
-    """One ``/v1/completions`` request. vLLM-only fields travel in ``extra_body``."""
-
-    prompt: str
-    max_tokens: int
-    stop: tuple[str, ...] = ()
-    sampling: Mapping[str, Any] = field(default_factory=dict)
-    """Sampling fields (``SamplingConfig.request_fields``); unset ones take the server's."""
-    extra_body: Mapping[str, Any] = field(default_factory=dict)
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class StreamPiece:
-    """A piece of a streamed completion; the last one carries finish reason and usage."""
-
-    text: str = ""
-    finish_reason: str | None = None
-    stop_reason: str | int | None = None
-    prompt_tokens: int | None = None
-    cached_tokens: int | None = None
-    """None when the server does not report them (no ``--enable-prompt-tokens-details``),
-    or when the relay closed the request at a stop string the server was not given."""
-    completion_tokens: int | None = None
-    usage_only: bool = False
-    """The stream's final usage chunk (no text)."""
 
 
 class StreamInterrupted(RelayError):

@@ -22,10 +22,18 @@ its ``X-Request-Id`` header, which vLLM's logs show).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .endpoint import CompletionRequest, Endpoint, StreamPiece
+from .completion import CompletionRequest, StreamPiece
+from .config import EndpointConfig, ModelRole
+
+
+class ObservedEndpoint(Protocol):
+    """What an observer sees of the endpoint (an :class:`~.endpoint.Endpoint`)."""
+
+    role: ModelRole
+    config: EndpointConfig
+    stop_limit: int | None
 
 
 class RequestObserver:
@@ -37,11 +45,15 @@ class RequestObserver:
     found in the stream, a cancelled generation) or it failed.
     """
 
-    async def opened(self, endpoint: Endpoint, request: CompletionRequest) -> None:
+    async def opened(self, endpoint: ObservedEndpoint, request: CompletionRequest) -> None:
         """The request is about to be sent."""
 
-    def piece(self, endpoint: Endpoint, request: CompletionRequest, piece: StreamPiece) -> None:
+    def piece(
+        self, endpoint: ObservedEndpoint, request: CompletionRequest, piece: StreamPiece
+    ) -> None:
         """A piece of the stream, as the caller is about to get it."""
 
-    async def closed(self, endpoint: Endpoint, request: CompletionRequest, completed: bool) -> None:
+    async def closed(
+        self, endpoint: ObservedEndpoint, request: CompletionRequest, completed: bool
+    ) -> None:
         """The stream ended: read to its end (``completed``), or closed before it."""

@@ -24,9 +24,9 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from types import TracebackType
 from typing import Any, Literal
 
+from .closing import AsyncClosing
 from .config import CONTEXT_MARGIN, ModelRole, RelayConfig, RequestHook, SamplingConfig
 from .cues import CueSet
 from .endpoint import Endpoint, UpstreamFailure
@@ -53,7 +53,7 @@ _AFTER_SMALL: dict[SegmentEnd, _State] = {
 }
 
 
-class RelaySwitcher:
+class RelaySwitcher(AsyncClosing):
     """Runs relay generations over two vLLM endpoints; one instance serves many at once."""
 
     def __init__(
@@ -79,17 +79,6 @@ class RelaySwitcher:
         self.endpoints: dict[ModelRole, Endpoint] = {
             role: given.get(role) or Endpoint(config.endpoint(role), role) for role in ROLES
         }
-
-    async def __aenter__(self) -> RelaySwitcher:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         await asyncio.gather(*(e.aclose() for e in self.endpoints.values()))

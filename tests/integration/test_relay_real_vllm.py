@@ -29,7 +29,7 @@ from relay_integrations.core import (
 )
 from relay_integrations.core.config import CONTEXT_MARGIN
 from relay_integrations.core.endpoint import CompletionRequest, Endpoint, StreamPiece
-from relay_integrations.core.observer import RequestObserver
+from relay_integrations.core.observer import ObservedEndpoint, RequestObserver
 from relay_integrations.core.switcher import ROLES
 from relay_integrations.testing import forcing, regex_literal
 from tests.fakes.tcp_proxy import TcpProxy
@@ -181,15 +181,17 @@ async def test_a_request_observer_on_the_switchers_endpoints_sees_every_request(
     usage: dict[str, list[int]] = {"large": [], "small": []}
 
     class Watching(RequestObserver):
-        async def opened(self, endpoint: Endpoint, request: CompletionRequest) -> None:
+        async def opened(self, endpoint: ObservedEndpoint, request: CompletionRequest) -> None:
             seen[request.headers["X-Request-Id"]] = [endpoint.role]
 
-        def piece(self, endpoint: Endpoint, request: CompletionRequest, piece: StreamPiece) -> None:
+        def piece(
+            self, endpoint: ObservedEndpoint, request: CompletionRequest, piece: StreamPiece
+        ) -> None:
             if piece.completion_tokens is not None:
                 usage[endpoint.role].append(piece.completion_tokens)
 
         async def closed(
-            self, endpoint: Endpoint, request: CompletionRequest, completed: bool
+            self, endpoint: ObservedEndpoint, request: CompletionRequest, completed: bool
         ) -> None:
             seen[request.headers["X-Request-Id"]].append("completed" if completed else "early")
 

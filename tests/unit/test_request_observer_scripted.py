@@ -17,7 +17,7 @@ from relay_integrations.core import (
 )
 from relay_integrations.core.config import ModelRole
 from relay_integrations.core.endpoint import CompletionRequest, Endpoint, StreamPiece
-from relay_integrations.core.observer import RequestObserver
+from relay_integrations.core.observer import ObservedEndpoint, RequestObserver
 from relay_integrations.core.switcher import ROLES
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
 
@@ -40,15 +40,19 @@ class Watching(RequestObserver):
     def __init__(self) -> None:
         self.seen: dict[str, Seen] = {}  # by X-Request-Id: unique per request sent
 
-    async def opened(self, endpoint: Endpoint, request: CompletionRequest) -> None:
+    async def opened(self, endpoint: ObservedEndpoint, request: CompletionRequest) -> None:
         self.seen[request.headers["X-Request-Id"]] = Seen(endpoint.role, request, events=["opened"])
 
-    def piece(self, endpoint: Endpoint, request: CompletionRequest, piece: StreamPiece) -> None:
+    def piece(
+        self, endpoint: ObservedEndpoint, request: CompletionRequest, piece: StreamPiece
+    ) -> None:
         self.seen[request.headers["X-Request-Id"]].text += piece.text
         if self.seen[request.headers["X-Request-Id"]].events[-1] != "piece":
             self.seen[request.headers["X-Request-Id"]].events.append("piece")
 
-    async def closed(self, endpoint: Endpoint, request: CompletionRequest, completed: bool) -> None:
+    async def closed(
+        self, endpoint: ObservedEndpoint, request: CompletionRequest, completed: bool
+    ) -> None:
         self.seen[request.headers["X-Request-Id"]].events.append(
             "completed" if completed else "closed early"
         )

@@ -1,0 +1,41 @@
+"""The values of one ``/v1/completions`` request: what is sent, and the pieces it streams::
+
+request = CompletionRequest(prompt="Hi", max_tokens=8, stop=(".",))
+async for piece in endpoint.stream_completion(request):
+    piece.text, piece.finish_reason, piece.completion_tokens
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """One ``/v1/completions`` request. vLLM-only fields travel in ``extra_body``."""
+
+    prompt: str
+    max_tokens: int
+    stop: tuple[str, ...] = ()
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    """Sampling fields (``SamplingConfig.request_fields``); unset ones take the server's."""
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StreamPiece:
+    """A piece of a streamed completion; the last one carries finish reason and usage."""
+
+    text: str = ""
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    """None when the server does not report them (no ``--enable-prompt-tokens-details``),
+    or when the relay closed the request at a stop string the server was not given."""
+    completion_tokens: int | None = None
+    usage_only: bool = False
+    """The stream's final usage chunk (no text)."""
