@@ -2,6 +2,8 @@
 
     facts = MachineFacts.now(["python", "-m", "benchmarks", "switcher", "--quick"])
     facts.commit, facts.library_uncommitted, facts.cpus, facts.load_at_start
+
+The switcher and server-load benchmarks print these first and write them into their JSON.
 """
 
 from __future__ import annotations

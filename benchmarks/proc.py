@@ -6,6 +6,8 @@
     process_groups_seconds(g)  # CPU time of these process groups, and of this process
     cpu_model()                # "AMD EPYC ..." or ""
     load_average()             # [1, 5, 15 min]
+
+Each reads the file again on every call (no caching): the figures are differences over time.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ the client's own CPU cost against the scripted upstream::
     python -m benchmarks switcher [--quick] [--json FILE] [--plot FILE]
 
 What it measures and how, and this machine's figures: ``docs/benchmarks.md``, "Switcher
-performance". A module a step: ``rates`` (1), ``approaches`` and ``recording`` (2-4),
-``analysis`` and ``results`` (the figures), ``client_cost`` (5), ``report`` and ``export``.
+performance". ``cli`` runs it from the ``options``: ``engine`` steps 1-4 (``rates``, then
+``approaches`` recorded by ``recording``, ``replay``, ``variants``), ``client_cost`` step 5;
+``analysis`` sums them up in the typed figures of ``results``, which ``report`` prints and
+``export`` writes (``--json``, ``--plot``).
 """

@@ -37,7 +37,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 async def analyse(gen: Generation, toks: Mapping[ModelRole, Tokenizer]) -> None:
-    """Fill each request's minimum prefill U (see the module doc) with the server's tokenizer.
+    """Fill each request's minimum prefill U with the server's tokenizer.
 
     U = prompt tokens minus the longest common prefix with any earlier prompt + completion of
     the same model in this generation, that text re-tokenized. The authors' prompts are the
@@ -73,7 +73,7 @@ def lookahead(record: RequestRecord) -> bool:
     return isinstance(record.stop_reason, str) and record.stop_reason[-1:].isspace()
 
 
-def breakdown(gen: Generation, penalty: Mapping[str, float]) -> Breakdown:
+def breakdown(gen: Generation, penalty: Mapping[ModelRole, float]) -> Breakdown:
     """Where the wall time of one generation goes, against what the round's rates predict.
 
     A request k of model m is modelled as o_m (forced) + P_k/p_m + (C_k - 1)/d_m (P: tokens
@@ -247,7 +247,7 @@ def alone_figures(
 
 
 def trace_summary(
-    gens: Sequence[Generation], mode: str, name: str, penalty: Mapping[str, float]
+    gens: Sequence[Generation], mode: str, name: str, penalty: Mapping[ModelRole, float]
 ) -> TraceSummary:
     relay, authors = by(gens, "relay", mode, name), by(gens, "authors", mode, name)
     both = relay + authors

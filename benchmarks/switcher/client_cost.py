@@ -21,10 +21,11 @@ from relay_integrations.core import (
     RelaySwitcher,
     SwitchPolicy,
 )
-from relay_integrations.jobs.statistics import median, percentile
+from relay_integrations.jobs.statistics import percentile
 from relay_integrations.testing.capable_model import CAPABLE_CUES
 
 from .meters import CpuMeter, log
+from .results import Medians
 from .settings import TICK
 
 # plain words: no cue, no number, no "about" (the fake answers by restating the sentence)
@@ -120,7 +121,7 @@ class Tally:
         )
 
 
-class RunFigures(BaseModel):
+class RunFigures(Medians):
     """The figures of concurrent generations (of one run, or medians over runs)."""
 
     wall_s: float
@@ -138,12 +139,6 @@ class RunFigures(BaseModel):
     lateness_p99_ms: float
     lateness_p50_ms: float
     idle_lateness_max_ms: float
-
-    @classmethod
-    def median_of(cls, runs: Sequence[RunFigures]) -> RunFigures:
-        return cls.model_validate(
-            {key: median([getattr(r, key) for r in runs]) for key in cls.model_fields}
-        )
 
 
 class ConcurrentRun(RunFigures):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 import uuid
@@ -19,6 +18,7 @@ from .analysis import analyse, ideal_time
 from .approaches import Relay, authors_generate, authors_rendering, large_alone
 from .forcing import Forcer, Rest, TokenForcing, forcer, token_rests
 from .meters import SENT, WRITTEN, CpuMeter, ServerMeter, log
+from .options import Options
 from .rates import Extras, Rates, measure_extras, measure_handoff, measure_round
 from .recording import Generation, own_counts
 from .replay import RAW_SHAPES, replay, replay_raw
@@ -92,10 +92,10 @@ class Engine:
     measured so far (`rounds`, `generations`)."""
 
     def __init__(
-        self, args: argparse.Namespace, servers: Mapping[ModelRole, Server], http: httpx.AsyncClient
+        self, args: Options, servers: Mapping[ModelRole, Server], http: httpx.AsyncClient
     ) -> None:
         self.args, self.servers, self.http = args, servers, http
-        self.modes: list[str] = ["tokens", "regex"] if args.forcing == "both" else [args.forcing]
+        self.modes = args.modes
         self.traces = TRACES[:1] if args.quick else TRACES
         self.toks = {role: Tokenizer(s, http) for role, s in servers.items()}
         self.aclients = {
@@ -268,9 +268,7 @@ class Engine:
         ]
 
 
-async def real_engine(
-    args: argparse.Namespace, servers: Mapping[ModelRole, Server]
-) -> EngineResult:
+async def real_engine(args: Options, servers: Mapping[ModelRole, Server]) -> EngineResult:
     async with httpx.AsyncClient(timeout=120) as http:
         engine = Engine(args, servers, http)
         try:

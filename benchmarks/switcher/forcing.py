@@ -37,7 +37,7 @@ def canonical_bias(ids: Sequence[int], pieces: Sequence[str]) -> dict[str, int]:
 
 @dataclass
 class TokenForcing:
-    """Forces the rest of the trace in its canonical tokens (see the module doc).
+    """Forces the rest of the trace in its canonical tokens (see `canonical_bias`).
 
     ``rests`` maps a transcript length (a possible hand-off point) to the rest from there;
     anywhere else it falls back to the plain regex and counts it.

@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from relay_integrations.core.completion import CompletionRequest, StreamPiece
 from relay_integrations.core.config import ModelRole
-from relay_integrations.core.endpoint import CompletionRequest, Endpoint, StreamPiece
-from relay_integrations.core.observer import RequestObserver
+from relay_integrations.core.observer import ObservedEndpoint, RequestObserver
 
 from .rates import Rates
 from .settings import QUIET
@@ -84,7 +84,7 @@ class Recorder(RequestObserver):
         self._open: dict[int, tuple[RequestRecord, tuple[float, float]]] = {}
         # by id(request): the endpoint hands the same object to every callback of a request
 
-    async def opened(self, endpoint: Endpoint, request: CompletionRequest) -> None:
+    async def opened(self, endpoint: ObservedEndpoint, request: CompletionRequest) -> None:
         before = await self.settled(endpoint.role) if self.settled else (0.0, 0.0)
         record = RequestRecord(
             endpoint.role,
@@ -97,7 +97,9 @@ class Recorder(RequestObserver):
         record.discarded = True  # until the stream is read to its end
         self._open[id(request)] = record, before
 
-    def piece(self, endpoint: Endpoint, request: CompletionRequest, piece: StreamPiece) -> None:
+    def piece(
+        self, endpoint: ObservedEndpoint, request: CompletionRequest, piece: StreamPiece
+    ) -> None:
         record = self._open[id(request)][0]
         if record.first is None:
             record.first = time.perf_counter()
@@ -109,10 +111,12 @@ class Recorder(RequestObserver):
             record.cached_tokens = piece.cached_tokens or 0
             record.completion_tokens = piece.completion_tokens
 
-    async def closed(self, endpoint: Endpoint, request: CompletionRequest, completed: bool) -> None:
+    async def closed(
+        self, endpoint: ObservedEndpoint, request: CompletionRequest, completed: bool
+    ) -> None:
         record, before = self._open.pop(id(request))
         if not completed:
-            return  # closed before its end: opened ahead of a hand-off that did not come
+            return  # closed before its end (a hand-off opened ahead and not taken, a failure)
         record.discarded = False
         record.done = time.perf_counter()
         limit = endpoint.stop_limit
@@ -156,7 +160,7 @@ class Generation:
     foreign_cores: float = 0.0  # CPU others used during it, in cores (CpuMeter)
     foreign_requests: int = 0  # requests the servers served for others meanwhile
     foreign_tokens: int = 0
-    rates: dict[str, Rates] = field(default_factory=dict)  # of the round it ran in
+    rates: dict[ModelRole, Rates] = field(default_factory=dict)  # of the round it ran in
     session: str = ""  # relay: the session id in its prompt (the replay replaces it)
     replays: dict[str, float] = field(default_factory=dict)  # relay: seconds, by kind
     replays_same_tokens: bool = True

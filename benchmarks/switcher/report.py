@@ -65,7 +65,7 @@ def header(facts: RunFacts, engine: EngineResult) -> list[str]:
     traces = "; ".join(f"{t.name}: {t.tokens} tokens, {t.cues} cues" for t in engine.traces)
     prompt = "?" if facts.prompt_tokens is None else facts.prompt_tokens
     lines = [
-        "RelayGen switcher benchmark (scripts/bench_switcher.py)",
+        "RelayGen switcher benchmark (python -m benchmarks switcher)",
         "=" * 72,
         f"command:  {m.command}",
         f"machine:  nproc {m.cpus}, {m.cpu}, Python {m.python},",
@@ -79,7 +79,7 @@ def header(facts: RunFacts, engine: EngineResult) -> list[str]:
         f"load avg: {m.load_at_start} at start, {m.load_at_end} at end",
         "          (shared machine: other benchmarks and tests come and go; medians over runs)",
         f"traces:   {traces}; prompt ~{prompt} tokens, fresh per generation",
-        f"forcing:  {', '.join(engine.modes)} (see the module doc); measured runs per trace: "
+        f"forcing:  {', '.join(engine.modes)} (see docs/benchmarks.md); measured runs per trace: "
         f"{facts.runs}",
     ]
 
@@ -140,15 +140,18 @@ def measured_once(extras: Mapping[ModelRole, Extras]) -> list[str]:
     ]
 
 
+IDEAL_INTRO = """\
+2. Relay wall time vs the IDEAL time of the same tokens (no switching overhead)
+   ideal = sum_m C_m/d_m + sum_k U_k/p_m(k) + o_large
+   C_m: completion tokens model m wrote (usage, all its requests); d_m, p_m, o: the rates
+   of the same round; U_k: the minimum prefill of request k (section 3, text); the one
+   overhead is the first request's. Target: relay/ideal <= 1.05.
+"""
+
+
 def relay_vs_ideal(engine: EngineResult, summary: Summary) -> list[str]:
     """Section 2: the relay's wall time against the ideal, and where the time goes."""
-    lines = [
-        "2. Relay wall time vs the IDEAL time of the same tokens (no switching overhead)",
-        "   ideal = sum_m C_m/d_m + sum_k U_k/p_m(k) + o_large",
-        "   C_m: completion tokens model m wrote (usage, all its requests); d_m, p_m, o: the rates",
-        "   of the same round; U_k: the minimum prefill of request k (section 3, text); the one",
-        "   overhead is the first request's. Target: relay/ideal <= 1.05.",
-    ]
+    lines = IDEAL_INTRO.splitlines()
     for mode in engine.modes:
         lines += ideal_of_mode(mode, summary.by_mode[mode])
     for mode in engine.modes:
@@ -269,14 +272,17 @@ def where_the_time_goes(mode: str, name: str, e: TraceSummary) -> list[str]:
     ]
 
 
+PREFILL_INTRO = """\
+3. Prefill per request: prefilled = prompt - cached (usage) vs the minimum U = tokens
+   that model had not yet seen (prompt minus its longest common prefix with an earlier
+   prompt + completion of the same model in this generation, that text re-tokenized).
+   Target: excess <= 128 (one cache block).
+"""
+
+
 def prefill_per_request(engine: EngineResult, summary: Summary) -> list[str]:
     """Section 3: the tokens prefilled against the minimum, request by request."""
-    lines = [
-        "3. Prefill per request: prefilled = prompt - cached (usage) vs the minimum U = tokens",
-        "   that model had not yet seen (prompt minus its longest common prefix with an earlier",
-        "   prompt + completion of the same model in this generation, that text re-tokenized).",
-        "   Target: excess <= 128 (one cache block).",
-    ]
+    lines = PREFILL_INTRO.splitlines()
     g = example_generation(engine)
     if g is not None:
         lines.append(f"   one relay generation ({g.mode} forcing, {g.trace}, run {g.run + 1}):")
@@ -310,13 +316,16 @@ def request_table(g: Generation) -> list[str]:
     return lines
 
 
+AUTHORS_INTRO = """\
+4. The published loop on the same traces and servers (one non-streamed chat completion
+   per segment with continue_final_message, a GET /v1/models before each), as ratios
+   authors/relay paired by run:
+"""
+
+
 def published_loop(engine: EngineResult, summary: Summary) -> list[str]:
     """Section 4: the authors' loop against the relay, its prompts, and the large model alone."""
-    lines = [
-        "4. The published loop on the same traces and servers (one non-streamed chat completion",
-        "   per segment with continue_final_message, a GET /v1/models before each), as ratios",
-        "   authors/relay paired by run:",
-    ]
+    lines = AUTHORS_INTRO.splitlines()
     for mode in engine.modes:
         sm = summary.by_mode[mode]
         for name, e in sm.traces.items():
@@ -433,13 +442,16 @@ def concurrent_generations(client: ClientCosts) -> list[str]:
     return lines
 
 
+PROJECTION_INTRO = """\
+6. What the ideal formula says about the speedup over the large model alone: time
+   relative to it ~ s + (1 - s)/r (s: the large model's share of the tokens, r: the
+   small model's per-token speed over the large one's; prefill and overheads ignored)
+"""
+
+
 def speedup_projection(engine: EngineResult, summary: Summary) -> list[str]:
     """Section 6: the speedup the ideal formula predicts, here and for the paper's pair."""
-    lines = [
-        "6. What the ideal formula says about the speedup over the large model alone: time",
-        "   relative to it ~ s + (1 - s)/r (s: the large model's share of the tokens, r: the",
-        "   small model's per-token speed over the large one's; prefill and overheads ignored)",
-    ]
+    lines = PROJECTION_INTRO.splitlines()
     for mode in engine.modes:
         sm = summary.by_mode[mode]
         r = sm.speed_ratio

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Self
 
 from pydantic import BaseModel
 
@@ -104,7 +105,18 @@ class ModelRates(BaseModel):
         )
 
 
-class Breakdown(BaseModel):
+class Medians(BaseModel):
+    """Figures (all numbers) of which :meth:`median_of` takes each one's median."""
+
+    @classmethod
+    def median_of(cls, parts: Sequence[Self]) -> Self:
+        """Each figure's median over `parts` (at least one)."""
+        return cls.model_validate(
+            {key: median([getattr(p, key) for p in parts]) for key in cls.model_fields}
+        )
+
+
+class Breakdown(Medians):
     """Where the wall time of a relay generation goes (seconds; see ``analysis.breakdown``)."""
 
     wall: float
@@ -127,13 +139,6 @@ class Breakdown(BaseModel):
     residual: float
     lookahead_tokens: float
     lookahead_seconds: float
-
-    @classmethod
-    def median_of(cls, parts: Sequence[Breakdown]) -> Breakdown:
-        """Each figure's median over `parts` (at least one)."""
-        return cls.model_validate(
-            {key: median([getattr(p, key) for p in parts]) for key in cls.model_fields}
-        )
 
 
 class RelayFigures(BaseModel):

@@ -1,11 +1,13 @@
 """``async with`` for the objects that own connections::
 
-class Pool(AsyncClosing):
-    async def aclose(self) -> None:
-        await self.client.aclose()
+    class Pool(AsyncClosing):
+        async def aclose(self) -> None:
+            await self.client.aclose()
 
-async with Pool() as pool:   # leaving the block awaits pool.aclose()
-    ...
+    async with Pool() as pool:   # leaving the block awaits pool.aclose()
+        ...
+
+The relay switcher and the calibrator are such objects.
 """
 
 from __future__ import annotations

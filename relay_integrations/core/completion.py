@@ -1,8 +1,10 @@
 """The values of one ``/v1/completions`` request: what is sent, and the pieces it streams::
 
-request = CompletionRequest(prompt="Hi", max_tokens=8, stop=(".",))
-async for piece in endpoint.stream_completion(request):
-    piece.text, piece.finish_reason, piece.completion_tokens
+    request = CompletionRequest(prompt="Hi", max_tokens=8, stop=(".",))
+    async for piece in endpoint.stream_completion(request):
+        piece.text, piece.finish_reason, piece.completion_tokens
+
+Both are frozen: a request opened ahead is compared with the one a turn would send.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The one percentile and median of the project (``relaygen bench``, the benchmarks)::
 
+    percentile([1, 2, 3, 4], 0.9)   # 3.7: linear between the closest ranks (numpy's default)
+    median([])                      # nan: nothing measured
 
-percentile([1, 2, 3, 4], 0.9)   # 3.7: linear between the closest ranks (numpy's default)
-median([])                      # nan: nothing measured
+Both take any sequence of numbers; neither needs numpy.
 """
 
 from __future__ import annotations
