@@ -138,7 +138,7 @@ class GenerationResponse:
         self.admission.metrics.errors.labels(error.code or error.kind).inc()
         if error.status >= 500:
             fields: dict[str, Any] = {"status": error.status}
-            if isinstance(failure, EndpointError) and failure.role in ("large", "small"):
+            if isinstance(failure, EndpointError):
                 fields["upstream"] = self.switcher.config.endpoint(failure.role).base_url
             log.warning("generation failed", exc_info=failure, extra={"fields": fields})
         if self.result is not None and isinstance(failure, EndpointError):
