@@ -125,7 +125,7 @@ class Extras:
     """Figures measured once, for the record (not used by the ideal)."""
 
     decode_unforced: float  # ignore_eos, same method and context as d
-    prefill_short: float  # PREFILL_SHORT tokens
+    prefill_short: float | None  # PREFILL_SHORT tokens; None: their TTFT was within o
     overhead_regex_cold: float  # a regex's first use: the grammar is compiled
     handoff_penalty: float = 0.0  # a request right after the other server's, minus after a pause
     handoff_penalty_ttft: float = 0.0
@@ -203,7 +203,9 @@ async def measure_extras(client: openai.AsyncOpenAI, server: Server, rest: Rest)
     unforced = await decode_rate(client, server, context, {"ignore_eos": True})
     unique = {"structured_outputs": {"regex": regex_literal(rest.text) + uuid.uuid4().hex}}
     cold = (await timed(client, server, random_ids(1), 1, **unique)).ttft
-    return Extras(unforced, median([t.prompt_tokens / max(t.ttft - o, 1e-6) for t in short]), cold)
+    above_overhead = median([t.ttft for t in short]) - o
+    short_rate = PREFILL_SHORT / above_overhead if above_overhead > 0 else None
+    return Extras(unforced, short_rate, cold)
 
 
 async def measure_handoff(

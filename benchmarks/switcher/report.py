@@ -123,6 +123,12 @@ def rate_table(mode: str, rates: Mapping[ModelRole, ModelRates]) -> list[str]:
     return lines
 
 
+def _rate(tokens_per_second: float | None) -> str:
+    if tokens_per_second is None:
+        return "- (its TTFT is within a 1-token request's)"
+    return f"{tokens_per_second:.0f}"
+
+
 def measured_once(extras: Mapping[ModelRole, Extras]) -> list[str]:
     L, S = extras["large"], extras["small"]
     handoffs = ", ".join(
@@ -132,8 +138,8 @@ def measured_once(extras: Mapping[ModelRole, Extras]) -> list[str]:
     )
     return [
         f"   once: decode unforced (ignore_eos) {L.decode_unforced:.1f} / {S.decode_unforced:.1f} "
-        f"tokens/s; prefill of {PREFILL_SHORT} tokens {L.prefill_short:.0f} / "
-        f"{S.prefill_short:.0f} tokens/s; a new regex's first request (grammar compiled) "
+        f"tokens/s; prefill of {PREFILL_SHORT} tokens {_rate(L.prefill_short)} / "
+        f"{_rate(S.prefill_short)} tokens/s; a new regex's first request (grammar compiled) "
         f"{1e3 * L.overhead_regex_cold:.0f} / {1e3 * S.overhead_regex_cold:.0f} ms (large / small)",
         f"   a request started right after the other server's takes {handoffs} than after a "
         f"0.3 s pause ({DECODE_SHORT} forced tokens; CPU interference)",
