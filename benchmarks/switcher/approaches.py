@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import openai
+from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletionMessageParam
 
 from relay_integrations.core import (
@@ -35,7 +36,7 @@ from .settings import (
     THINK_END,
 )
 from .traces import Trace
-from .variants import DEFAULT_RELAY, RelayVariant
+from .variants import DEFAULT_RELAY, THEIRS, LoopTransport, RelayVariant
 
 
 class Relay:
@@ -114,23 +115,25 @@ class AuthorsLoop:
     """The published loop (utils.relaygen_chat_completions), re-implemented minimally.
 
     Synchronous like theirs; the same cues, forcing and sampling as the relay's runs.
+    `transport` says how each request is sent: theirs (a whole chat completion continuing the
+    assistant message) or the relay's (a streamed completion of `prompt`, the chat rendered
+    by the server's template, followed by the text so far).
     """
 
     clients: Mapping[ModelRole, openai.OpenAI]
     messages: list[dict[str, Any]]
     force: Forcer
+    transport: LoopTransport = THEIRS
+    prompt: str = ""  # the rendered chat (the relay's prompt), for a /v1/completions transport
     requests: list[RequestRecord] = field(default_factory=list)
     generated: str = ""  # the text so far
     completion: int = 0  # tokens written so far
     switches: int = 0
 
-    def body(self, role: ModelRole, stop: list[str] | None, first: bool) -> dict[str, Any]:
-        """Their request's vLLM fields."""
+    def fields(self, role: ModelRole, stop: list[str] | None) -> dict[str, Any]:
+        """Their request's vLLM fields, apart from the chat template's."""
         body: dict[str, Any] = {
-            "add_generation_prompt": first,
-            "continue_final_message": not first,
             "include_stop_str_in_output": True,
-            "chat_template_kwargs": {"enable_thinking": True},
             "top_k": SAMPLING["top_k"],
             **self.force(self.generated),
         }
@@ -139,20 +142,36 @@ class AuthorsLoop:
         return body
 
     def request(self, role: ModelRole, stop: list[str] | None, first: bool) -> RequestRecord:
-        """One non-streamed chat completion continuing the text so far, recorded."""
+        """One request continuing the text so far, recorded."""
         client = self.clients[role]
         phase = "answer" if THINK_END in self.generated else "reasoning"
         record = RequestRecord(role, time.perf_counter(), phase=phase)
         model = client.models.list().data[0].id  # their get_model(): every request
         record.models_seconds = time.perf_counter() - record.sent
-        body = self.body(role, stop, first)
+        if self.transport.chat:
+            self._chat(client, model, record, stop, first)
+        else:
+            self._completion(client, model, record, stop)
+        record.done = time.perf_counter()
+        self.requests.append(record)
+        return record
+
+    def _chat(
+        self,
+        client: openai.OpenAI,
+        model: str,
+        record: RequestRecord,
+        stop: list[str] | None,
+        first: bool,
+    ) -> None:
+        """Theirs: a whole chat completion continuing the assistant message."""
         chat = [*self.messages, {"role": "assistant", "content": self.generated}]
-        record.chat = {
-            "messages": chat,
+        template = {
             "add_generation_prompt": first,
             "continue_final_message": not first,
             "chat_template_kwargs": {"enable_thinking": True},
         }
+        record.chat = {"messages": chat, **template}
         response = client.chat.completions.create(
             model=model,
             messages=cast(list[ChatCompletionMessageParam], chat),
@@ -160,23 +179,41 @@ class AuthorsLoop:
             top_p=SAMPLING["top_p"],
             max_tokens=BUDGET - self.completion,
             stop=stop,
-            extra_body=body,
+            extra_body={**template, **self.fields(record.role, stop)},
         )
-        record.done = time.perf_counter()
         choice = response.choices[0]
-        extra = choice.model_extra or {}
         record.text = choice.message.content or ""
-        record.finish_reason, record.stop_reason = choice.finish_reason, extra.get("stop_reason")
-        usage = response.usage
-        assert usage is not None
-        record.prompt_tokens, record.completion_tokens = (
-            usage.prompt_tokens,
-            usage.completion_tokens,
+        record.finish_reason = choice.finish_reason
+        record.stop_reason = (choice.model_extra or {}).get("stop_reason")
+        assert response.usage is not None
+        count_usage(record, response.usage)
+
+    def _completion(
+        self, client: openai.OpenAI, model: str, record: RequestRecord, stop: list[str] | None
+    ) -> None:
+        """The relay's way: a streamed completion of the rendered prompt and the text so far."""
+        record.prompt_text = self.prompt + self.generated
+        stream = client.completions.create(
+            model=model,
+            prompt=record.prompt_text,
+            temperature=SAMPLING["temperature"],
+            top_p=SAMPLING["top_p"],
+            max_tokens=BUDGET - self.completion,
+            stop=stop,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={**self.fields(record.role, stop), "add_special_tokens": False},
         )
-        details = usage.prompt_tokens_details
-        record.cached_tokens = (details.cached_tokens or 0) if details else 0
-        self.requests.append(record)
-        return record
+        for chunk in stream:
+            if chunk.choices:
+                choice = chunk.choices[0]
+                record.first = record.first or time.perf_counter()
+                record.text += choice.text or ""
+                if choice.finish_reason is not None:
+                    record.finish_reason = choice.finish_reason
+                    record.stop_reason = (choice.model_extra or {}).get("stop_reason")
+            if chunk.usage is not None:
+                count_usage(record, chunk.usage)
 
     def reason(self) -> None:
         """The reasoning, segment by segment: the large model to a cue, the small one to a
@@ -207,6 +244,12 @@ class AuthorsLoop:
         return ""
 
 
+def count_usage(record: RequestRecord, usage: CompletionUsage) -> None:
+    record.prompt_tokens, record.completion_tokens = usage.prompt_tokens, usage.completion_tokens
+    details = usage.prompt_tokens_details
+    record.cached_tokens = (details.cached_tokens or 0) if details else 0
+
+
 def authors_generate(
     clients: Mapping[ModelRole, openai.OpenAI],
     trace: Trace,
@@ -214,15 +257,20 @@ def authors_generate(
     run: int,
     force: Forcer,
     tokens: TokenForcing,
+    transport: LoopTransport = THEIRS,
+    session: str | None = None,
+    prompt: str = "",
 ) -> Generation:
-    """One generation of the published loop (:class:`AuthorsLoop`)."""
-    loop = AuthorsLoop(clients, trace.messages(uuid.uuid4().hex), force)
+    """One generation of the published loop (:class:`AuthorsLoop`); `prompt` is the chat of
+    `session` rendered, for a transport that sends ``/v1/completions``."""
+    messages = trace.messages(session or uuid.uuid4().hex)
+    loop = AuthorsLoop(clients, messages, force, transport, prompt)
     started = time.perf_counter()
     loop.reason()
     answer = loop.answer()
     wall = time.perf_counter() - started
     return Generation(
-        "authors",
+        transport.name,
         mode,
         trace.name,
         run,
@@ -254,10 +302,7 @@ async def large_alone(
             record.first = record.first or time.perf_counter()
             record.text += chunk.choices[0].text or ""
         if chunk.usage is not None:
-            record.prompt_tokens = chunk.usage.prompt_tokens
-            record.completion_tokens = chunk.usage.completion_tokens
-            details = chunk.usage.prompt_tokens_details
-            record.cached_tokens = (details.cached_tokens or 0) if details else 0
+            count_usage(record, chunk.usage)
     record.done = time.perf_counter()
     wall = record.done - record.sent
     return Generation("large_alone", mode, trace.name, run, wall, [record], record.text, trace.text)

@@ -26,7 +26,7 @@ from .results import EngineResult, Round, TraceInfo
 from .servers import Server, Tokenizer
 from .settings import QUIET, REPLAY_PAUSE
 from .traces import TRACES, Trace, cue_count
-from .variants import DEFAULT_RELAY
+from .variants import DEFAULT_RELAY, THEIRS, LoopTransport
 
 
 async def replay_requests(
@@ -108,6 +108,7 @@ class Engine:
         }
         self.rests: dict[str, dict[int, Rest]] = {}
         self.relays: dict[str, Relay] = {}
+        self.loops = {THEIRS.name: THEIRS} | {t.name: t for t in args.loops}  # authors' loops
         self.plain: dict[ModelRole, Endpoint] = {}  # the replays' endpoints (no recording)
         self.meter = CpuMeter()
         self.served = ServerMeter(servers, http)
@@ -121,7 +122,7 @@ class Engine:
 
     @property
     def approaches(self) -> list[str]:
-        return [*self.relays, "authors"]
+        return [*self.relays, *self.loops]
 
     async def figures_once(self) -> dict[ModelRole, Extras]:
         """The traces' token forcing, and the figures measured once (step 1, for the record)."""
@@ -232,13 +233,37 @@ class Engine:
     ) -> Generation:
         if approach in self.relays:
             return await self.relays[approach].generate(trace, mode, run, force, tokens)
-        if approach == "authors":
-            return await asyncio.to_thread(
-                authors_generate, self.sclients, trace, mode, run, force, tokens
-            )
+        if approach in self.loops:
+            return await self.authors(trace, self.loops[approach], mode, run, force, tokens)
         prompt = await self.toks["large"].render(trace.messages(uuid.uuid4().hex))
         return await large_alone(
             self.aclients["large"], self.servers["large"], prompt, trace, mode, run, force
+        )
+
+    async def authors(
+        self,
+        trace: Trace,
+        transport: LoopTransport,
+        mode: str,
+        run: int,
+        force: Forcer,
+        tokens: TokenForcing,
+    ) -> Generation:
+        """The authors' loop sending its requests by `transport`; a prompt it needs rendered
+        is rendered before the clock starts (the relay renders inside its wall)."""
+        session = uuid.uuid4().hex
+        prompt = "" if transport.chat else await self.toks["large"].render(trace.messages(session))
+        return await asyncio.to_thread(
+            authors_generate,
+            self.sclients,
+            trace,
+            mode,
+            run,
+            force,
+            tokens,
+            transport,
+            session,
+            prompt,
         )
 
     async def aclose(self) -> None:
@@ -282,7 +307,7 @@ async def real_engine(args: Options, servers: Mapping[ModelRole, Server]) -> Eng
         rendering = await authors_rendering(engine.toks["large"], engine.traces[0])
     return EngineResult(
         modes=engine.modes,
-        variants=[v.name for v in args.variants],
+        variants=[v.name for v in args.variants] + [t.name for t in args.loops],
         traces=engine.traces_info(),
         extras=extras,
         rounds=engine.rounds,

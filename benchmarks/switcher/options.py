@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .variants import VARIANTS, RelayVariant
+from .variants import LOOP_VARIANTS, VARIANTS, LoopTransport, RelayVariant
 
 COUNTS = (  # options that default to a number of their own under --quick
     ("--runs", "measured runs per trace and forcing (default 5; --quick 2)"),
@@ -35,6 +35,7 @@ class Options:
     concurrent_runs: int
     client_stop_limit: int  # step 5's second fit: max_stop_strings (-1: none)
     variants: list[RelayVariant]  # run next to the default relay
+    loops: list[LoopTransport]  # run next to the authors' loop
     skip_client: bool
     skip_replays: bool
     client_only: bool
@@ -65,9 +66,10 @@ def argument_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--variants",
-        default=",".join(VARIANTS),
-        help="relay variants run next to the default relay, comma-separated, of "
-        f"{', '.join(VARIANTS)} (default all; '' for none; see benchmarks/switcher/variants.py)",
+        default=",".join([*VARIANTS, *LOOP_VARIANTS]),
+        help="variants run next to the default relay and the authors' loop, comma-separated, "
+        f"of {', '.join([*VARIANTS, *LOOP_VARIANTS])} (default all; '' for none; see "
+        "benchmarks/switcher/variants.py)",
     )
     parser.add_argument(
         "--client-stop-limit",
@@ -85,9 +87,9 @@ def parse_args(argv: Sequence[str]) -> Options:
     parser = argument_parser()
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(VARIANTS))
+    unknown = sorted(set(names) - set(VARIANTS) - set(LOOP_VARIANTS))
     if unknown:
-        parser.error(f"unknown --variants {unknown}; known: {sorted(VARIANTS)}")
+        parser.error(f"unknown --variants {unknown}; known: {sorted([*VARIANTS, *LOOP_VARIANTS])}")
     quick: bool = args.quick
 
     def count(given: int | None, full: int, short: int) -> int:
@@ -101,7 +103,8 @@ def parse_args(argv: Sequence[str]) -> Options:
         concurrency=args.concurrency,
         concurrent_runs=count(args.concurrent_runs, 3, 1),
         client_stop_limit=args.client_stop_limit,
-        variants=[VARIANTS[n] for n in names],
+        variants=[VARIANTS[n] for n in names if n in VARIANTS],
+        loops=[LOOP_VARIANTS[n] for n in names if n in LOOP_VARIANTS],
         skip_client=args.skip_client,
         skip_replays=args.skip_replays,
         client_only=args.client_only,

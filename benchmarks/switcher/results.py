@@ -69,7 +69,7 @@ class EngineResult:
     """Steps 1-4 on the real engine: what the analysis and the report read."""
 
     modes: list[str]
-    variants: list[str]  # the relay variants run next to the default relay
+    variants: list[str]  # the variants run next to the default relay and the authors' loop
     traces: list[TraceInfo]
     extras: dict[ModelRole, Extras]
     rounds: list[Round]

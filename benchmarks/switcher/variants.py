@@ -16,6 +16,15 @@ can be paired by run:
   only once the confirming token after `` Now`` or ``.`` has arrived (the relay before the
   speculative hand-off).
 
+And one variant of the authors' loop (:class:`LoopTransport`), the same loop with its requests
+sent the relay's way:
+
+- ``authors_stream``: ``/v1/completions`` with the relay's rendered prompt (the server's chat
+  template, then the text so far), streamed, instead of their non-streamed
+  ``/v1/chat/completions`` with ``continue_final_message``. The loop's stops, ``min_tokens``,
+  forcing and sampling stay theirs, so authors / authors_stream is what the relay's way of
+  sending a request costs or gains, apart from its switching.
+
 Overshoot: for a request the client closes at a stop string, vLLM keeps generating until the
 abort reaches the engine. Its ``vllm:generation_tokens_total`` counter (read once it has
 stopped moving, as ``settled_count`` in the tests) minus the tokens the relay counted is what
@@ -65,6 +74,32 @@ VARIANTS = {
 DEFAULT_RELAY = RelayVariant("relay", "stop strings (13 a large request, 8 a small one)")
 
 
+@dataclass(frozen=True)
+class LoopTransport:
+    """How the authors' loop sends its requests (the loop itself is always theirs)."""
+
+    name: str
+    label: str
+    chat: bool  # /v1/chat/completions + continue_final_message, or /v1/completions, rendered
+    stream: bool
+
+
+THEIRS = LoopTransport(
+    "authors", "/v1/chat/completions, continue_final_message, whole", chat=True, stream=False
+)
+LOOP_VARIANTS = {
+    t.name: t
+    for t in (
+        LoopTransport(
+            "authors_stream",
+            "the authors' loop over /v1/completions, the relay's prompt, streamed",
+            chat=False,
+            stream=True,
+        ),
+    )
+}
+
+
 class Overshoot(BaseModel, frozen=True):
     """Tokens vLLM wrote past a stop string the client found, per closed request."""
 
@@ -82,7 +117,8 @@ class VariantRow(BaseModel, frozen=True):
     wall: Spread | None
     over_relay: Spread | None  # this variant's wall / the relay's of the same run
     authors_over: Spread | None  # the authors' wall / this variant's of the same run
-    same_stops_as_relay: bool  # every run's (model, stop reason) sequence equals the relay's
+    same_stops: bool  # every run's (model, stop reason) sequence equals the relay's (a relay
+    # variant) or the authors' (a variant of their loop)
     text_ok: bool
     overshoot: Overshoot | None
 
@@ -130,7 +166,8 @@ def variant_row(
         ]
 
     mine, relay, authors = of(approach), of("relay"), of("authors")
-    relay_stops = {g.run: stops_of(g) for g in relay}
+    reference = authors if approach in LOOP_VARIANTS else relay
+    stops = {g.run: stops_of(g) for g in reference}
     settled = [g for g in gens if g.approach == approach and g.mode == mode and g.trace == trace]
     return VariantRow(
         approach=approach,
@@ -140,7 +177,7 @@ def variant_row(
         wall=Spread.of_any([g.wall for g in mine]),
         over_relay=Spread.of_any(_paired(mine, relay)) if approach != "relay" else None,
         authors_over=Spread.of_any(_paired(authors, mine)),
-        same_stops_as_relay=all(stops_of(g) == relay_stops.get(g.run, stops_of(g)) for g in mine),
+        same_stops=all(stops_of(g) == stops.get(g.run, stops_of(g)) for g in mine),
         text_ok=all(g.text_ok for g in mine),
         overshoot=overshoot(mine, [g for g in settled if g.run < 0]) if streams else None,
     )
@@ -165,19 +202,20 @@ def variant_summary(engine: EngineResult) -> list[VariantRow]:
 
 def report_lines(rows: Sequence[VariantRow]) -> list[str]:
     labels = {DEFAULT_RELAY.name: DEFAULT_RELAY.label} | {n: v.label for n, v in VARIANTS.items()}
+    labels |= {n: v.label for n, v in LOOP_VARIANTS.items()}
     lines = [
         "",
         "6. Cue modes and request shapes, side by side (same rounds; walls paired by run)",
-        *(f"   {name:8} {label}" for name, label in labels.items()),
-        f"   {'forcing':7} {'trace':6} {'approach':8} {'wall s (range)':>22} "
+        *(f"   {name:14} {label}" for name, label in labels.items()),
+        f"   {'forcing':7} {'trace':6} {'approach':14} {'wall s (range)':>22} "
         f"{'/ relay':>22} {'authors / it':>22} stops text",
     ]
     for r in rows:
         wall = f"{r.wall.median:.2f} [{r.wall.low:.2f}-{r.wall.high:.2f}]" if r.wall else "-"
         lines.append(
-            f"   {r.mode:7} {r.trace:6} {r.approach:8} {wall:>22} "
+            f"   {r.mode:7} {r.trace:6} {r.approach:14} {wall:>22} "
             f"{r.over_relay or '-'!s:>22} {r.authors_over or '-'!s:>22} "
-            f"{'same' if r.same_stops_as_relay else 'DIFF'} {'ok' if r.text_ok else 'DIFF'}"
+            f"{'same' if r.same_stops else 'DIFF'} {'ok' if r.text_ok else 'DIFF'}"
         )
     for r in rows:
         if r.overshoot is None:
