@@ -205,7 +205,7 @@ def report_lines(rows: Sequence[VariantRow]) -> list[str]:
     labels |= {n: v.label for n, v in LOOP_VARIANTS.items()}
     lines = [
         "",
-        "6. Cue modes and request shapes, side by side (same rounds; walls paired by run)",
+        "7. Cue modes and request shapes, side by side (same rounds; walls paired by run)",
         *(f"   {name:14} {label}" for name, label in labels.items()),
         f"   {'forcing':7} {'trace':6} {'approach':14} {'wall s (range)':>22} "
         f"{'/ relay':>22} {'authors / it':>22} stops text",
