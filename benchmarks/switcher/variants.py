@@ -76,17 +76,16 @@ DEFAULT_RELAY = RelayVariant("relay", "stop strings (13 a large request, 8 a sma
 
 @dataclass(frozen=True)
 class LoopTransport:
-    """How the authors' loop sends its requests (the loop itself is always theirs)."""
+    """How the authors' loop sends its requests (the loop itself is always theirs): as their
+    whole ``/v1/chat/completions`` continuing the assistant message (`chat`), or as the relay
+    sends them, a streamed ``/v1/completions`` of the rendered prompt."""
 
     name: str
     label: str
-    chat: bool  # /v1/chat/completions + continue_final_message, or /v1/completions, rendered
-    stream: bool
+    chat: bool
 
 
-THEIRS = LoopTransport(
-    "authors", "/v1/chat/completions, continue_final_message, whole", chat=True, stream=False
-)
+THEIRS = LoopTransport("authors", "/v1/chat/completions, continue_final_message, whole", chat=True)
 LOOP_VARIANTS = {
     t.name: t
     for t in (
@@ -94,7 +93,6 @@ LOOP_VARIANTS = {
             "authors_stream",
             "the authors' loop over /v1/completions, the relay's prompt, streamed",
             chat=False,
-            stream=True,
         ),
     )
 }
