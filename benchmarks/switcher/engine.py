@@ -158,7 +158,8 @@ class Engine:
                 warm = await warm_up(variant, self.served, trace, mode, force, tokens)
                 if variant.variant.streams_stops:
                     self.generations.append(warm)  # its per-request overshoot
-            await asyncio.to_thread(authors_generate, self.sclients, trace, mode, -1, force, tokens)
+            for transport in self.loops.values():
+                await self.authors(trace, transport, mode, -1, force, tokens)
         for run in range(self.args.runs):
             rates = await self.measure_rates(mode, run)
             for trace, approach in self.jobs(run):
