@@ -2,7 +2,7 @@
 
     request = CompletionRequest(prompt="Hi", max_tokens=8, stop=(".",))
     async for piece in endpoint.stream_completion(request):
-        piece.text, piece.finish_reason, piece.completion_tokens
+        piece.text, piece.finish_reason, piece.tokens  # usage: piece.completion_tokens, last
 
 Both are frozen: a request opened ahead is compared with the one a turn would send.
 """
@@ -41,3 +41,8 @@ class StreamPiece:
     completion_tokens: int | None = None
     usage_only: bool = False
     """The stream's final usage chunk (no text)."""
+    tokens: int | None = None
+    """Tokens the request has written up to and including this piece (vLLM's
+    ``continuous_usage_stats``; None if the server does not say). A piece may carry several
+    tokens: vLLM merges the steps a client has not read yet into one chunk. Usage is counted
+    from the final piece only."""

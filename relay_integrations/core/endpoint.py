@@ -173,25 +173,31 @@ class Endpoint:
                 response, pieces, piece = opened
                 overflow = request.stop[self.stop_limit :] if self._overflows(request) else ()
                 watch = StreamStops(overflow) if overflow else None
-                received, usage = "", StreamPiece()
+                received, so_far, counted = "", StreamPiece(), False
                 try:
                     while piece is not None:
-                        if watch is not None and not piece.usage_only:
-                            usage = piece  # every chunk carries the usage so far: keep the latest
-                            piece = replace(piece, prompt_tokens=None, completion_tokens=None)
-                            hit = watch.feed(piece.text)
-                            if hit is not None:
-                                piece = _cut(hit, usage)
-                                if observer is not None:
-                                    observer.piece(self, request, piece)
-                                yield piece
-                                completed = True
-                                return  # the finally clause closes the stream: vLLM aborts it
+                        if piece.usage_only:
+                            counted = True
+                        elif piece.completion_tokens is not None:
+                            # the usage so far (continuous usage stats): the piece's token
+                            # count; usage is counted once, from the final usage chunk
+                            so_far = piece
+                            piece = _tokens_only(piece)
+                        hit = watch.feed(piece.text) if watch and piece.text else None
+                        if hit is not None:
+                            piece = _cut(hit, so_far)
+                            if observer is not None:
+                                observer.piece(self, request, piece)
+                            yield piece
+                            completed = True
+                            return  # the finally clause closes the stream: vLLM aborts it
                         received += piece.text
                         if observer is not None:
                             observer.piece(self, request, piece)
                         yield piece
                         piece = await anext(pieces, None)
+                        if piece is None and not counted and so_far.completion_tokens is not None:
+                            piece = _usage_of(so_far)  # a server that sent it on its last piece
                     completed = True
                 except (asyncio.CancelledError, GeneratorExit):
                     raise
@@ -241,12 +247,11 @@ class Endpoint:
             **request.sampling,
             **request.extra_body,
         }
-        # vLLM's own field; a request closed at a stop string found in the stream gets no
-        # final usage chunk, so then every chunk carries the usage so far
-        extra_body["stream_options"] = {
-            "include_usage": True,
-            "continuous_usage_stats": self._overflows(request),
-        }
+        # vLLM's own field: every chunk carries the usage so far. A chunk may hold several
+        # tokens (vLLM merges what the client has not read yet), so only this counts them
+        # exactly while the request runs; and a request closed at a stop string found in the
+        # stream gets no final usage chunk.
+        extra_body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         stops = list(request.stop[: self.stop_limit])  # the first ones: the relay orders them
         opening = client.completions.with_streaming_response.create(
             model=self.config.model,
@@ -358,6 +363,27 @@ def _piece(chunk: Mapping[str, Any]) -> StreamPiece:
     )
 
 
+def _tokens_only(piece: StreamPiece) -> StreamPiece:
+    """A piece whose usage is the usage so far: its token count, no usage to count."""
+    return replace(
+        piece,
+        prompt_tokens=None,
+        cached_tokens=None,
+        completion_tokens=None,
+        tokens=piece.completion_tokens,
+    )
+
+
+def _usage_of(piece: StreamPiece) -> StreamPiece:
+    """The usage a piece carried, as the stream's final usage piece."""
+    return StreamPiece(
+        prompt_tokens=piece.prompt_tokens,
+        cached_tokens=piece.cached_tokens,
+        completion_tokens=piece.completion_tokens,
+        usage_only=True,
+    )
+
+
 def _cut(hit: tuple[str, str], usage: StreamPiece) -> StreamPiece:
     """The last piece of a request closed at a stop string found in the stream: its text up
     to the stop string's end, and the usage so far (cached tokens unknown: that count comes
@@ -369,6 +395,7 @@ def _cut(hit: tuple[str, str], usage: StreamPiece) -> StreamPiece:
         stop,
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
+        tokens=usage.completion_tokens,
     )
 
 

@@ -177,9 +177,9 @@ class Generation:
                         async for delta in deltas:
                             yield delta
                 except StreamInterrupted as broken:
-                    # The text that arrived stays (its pieces count as tokens); resume from it.
+                    # The text that arrived stays (and its tokens count); resume from it.
                     await self._drop_ahead()
-                    self._count(role, phase, usage, 0, 0, sent.pieces)
+                    self._count(role, phase, usage, 0, 0, sent.written)
                     resumes += 1
                     if resumes > self.config.policy.max_resumes:
                         raise UpstreamFailure(role, broken.cause) from broken
@@ -232,11 +232,12 @@ class Generation:
             async for piece in pieces:
                 if piece.text:
                     sent.pieces += 1
+                    sent.tokens = piece.tokens
                     self.transcript += piece.text
                     for delta in self._release(role):
                         yield delta
                     if piece.finish_reason is None:
-                        await self._look_ahead(anticipate, turn.completion_tokens, sent.pieces)
+                        await self._look_ahead(anticipate, turn.completion_tokens, sent.written)
                 if piece.finish_reason is not None:
                     sent.finish_reason, sent.stop_reason = piece.finish_reason, piece.stop_reason
                 if piece.completion_tokens is not None:
@@ -271,15 +272,15 @@ class Generation:
         await self._drop_ahead()
         return self.endpoints[role].stream_completion(self._numbered(request))
 
-    async def _look_ahead(self, anticipate: Anticipate | None, counted: int, pieces: int) -> None:
-        """After a piece that did not end the request (`pieces` of it so far, `counted`
-        tokens of the turn before it): close the request opened ahead if the text went on
-        past its hand-off, and open one if the text may hand off here."""
+    async def _look_ahead(self, anticipate: Anticipate | None, counted: int, written: int) -> None:
+        """After a piece that did not end the request (`written` tokens of it so far,
+        `counted` tokens of the turn before it): close the request opened ahead if the text
+        went on past its hand-off, and open one if the text may hand off here."""
         if self._ahead is not None:
             if self._ahead.may_serve(self.transcript):
                 return
             await self._drop_ahead()
-        uncounted = pieces + 1  # this request's tokens, the confirming one included
+        uncounted = written + 1  # this request's tokens, the confirming one included
         upcoming = anticipate(counted + uncounted) if anticipate else None
         if upcoming is None:
             return
@@ -410,8 +411,16 @@ class Generation:
 
 @dataclass
 class _Sent:
-    """One request as it streams: the pieces that carried text, and how it ended."""
+    """One request as it streams: the pieces that carried text, the tokens the server
+    counted up to the last of them, and how it ended."""
 
     pieces: int = 0
+    tokens: int | None = None
     finish_reason: str | None = None
     stop_reason: str | int | None = None
+
+    @property
+    def written(self) -> int:
+        """Tokens written so far: the server's count, else one a piece (a piece may carry
+        several tokens, a server that does not count them gets an estimate)."""
+        return self.tokens if self.tokens is not None else self.pieces

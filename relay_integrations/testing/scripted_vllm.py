@@ -75,7 +75,9 @@ class ScriptedModel:
 
     ``trace``: the text it writes (continued from wherever the prompt's generation has got
     to); ``respond(prompt, body)`` replaces it (:func:`.capable_model.capable`).
-    ``token_delay``: seconds per token, its stop token included. ``max_stop_strings``: vLLM's
+    ``token_delay``: seconds per token, its stop token included. ``tokens_per_chunk``: tokens a
+    streamed chunk carries (vLLM merges the tokens of the steps a slow client has not read yet
+    into one chunk). ``max_stop_strings``: vLLM's
     ``VLLM_MAX_STOP_STRINGS`` (4 by default there; None: no cap). ``faults``: what the next
     requests get instead (:class:`Fault`). ``requests``, ``headers``: every request's body and
     headers, for tests to read; ``memory`` keeps only the last that many of them and of the
@@ -87,6 +89,7 @@ class ScriptedModel:
     trace: str
     max_model_len: int = 4096
     token_delay: float = 0.0
+    tokens_per_chunk: int = 1
     max_stop_strings: int | None = None
     respond: Callable[[str, dict[str, Any]], str] | None = None
     memory: int | None = None
@@ -289,20 +292,30 @@ class ScriptedVLLM:
     async def _stream(
         self, model: ScriptedModel, body: dict[str, Any], fault: Fault
     ) -> AsyncIterator[str]:
-        """A streamed completion: a chunk a token, the finish, usage, ``[DONE]``."""
+        """A streamed completion: a chunk a token (or ``tokens_per_chunk``), the finish,
+        usage, ``[DONE]``."""
         model.active += 1
         model.peak_active = max(model.peak_active, model.active)
         finished = False
         try:
             outcome = _Outcome()
             continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
+
+            def chunk(text: str) -> str:
+                usage = outcome.so_far() if continuous else None
+                return _chunk(model.name, text, None, usage=usage)
+
+            merged, tokens = "", 0
             async for piece in self._generate(model, body, fault, outcome):
-                yield _chunk(
-                    model.name, piece, None, usage=outcome.so_far() if continuous else None
-                )
+                merged, tokens = merged + piece, tokens + 1
+                if tokens % model.tokens_per_chunk == 0:
+                    yield chunk(merged)
+                    merged = ""
+            if merged:
+                yield chunk(merged)
             yield _chunk(model.name, "", outcome.finish, outcome.stop_reason)
-            usage = {**_completion(model.name, []), "usage": outcome.usage}
-            yield "data: " + json.dumps(usage) + "\n\n"
+            final = {**_completion(model.name, []), "usage": outcome.usage}
+            yield "data: " + json.dumps(final) + "\n\n"
             finished = True
             yield "data: [DONE]\n\n"
         finally:

@@ -144,3 +144,57 @@ async def test_many_concurrent_streams_spread_over_client_shards_and_keep_their_
         await task
     first_round, second_round = set(peers[:40]), set(peers[40:])
     assert len(first_round) == 40 and second_round == first_round
+
+
+def _usage_chunk(text: str, finish: str | None, completion: int, *, choices: bool = True) -> str:
+    usage = {"prompt_tokens": 5, "completion_tokens": completion, "total_tokens": 5 + completion}
+    usage["prompt_tokens_details"] = {"cached_tokens": 0} if not choices else None
+    chunk: dict[str, object] = {"usage": usage, "choices": []}
+    if choices:
+        chunk["choices"] = [{"text": text, "finish_reason": finish}]
+    return "data: " + json.dumps(chunk) + "\n\n"
+
+
+async def _pieces(*events: str) -> list[tuple[str, int | None, int | None, bool]]:
+    """(text, tokens so far, usage counted, usage only) of each piece the endpoint yields."""
+    server, task, url = await _serve_events(*events, "data: [DONE]\n\n")
+    endpoint = Endpoint(EndpointConfig(base_url=url, model="m"), "large")
+    try:
+        request = CompletionRequest(prompt="Hi", max_tokens=8)
+        return [
+            (p.text, p.tokens, p.completion_tokens, p.usage_only)
+            async for p in endpoint.stream_completion(request)
+        ]
+    finally:
+        await endpoint.aclose()
+        server.should_exit = True
+        await task
+
+
+async def test_pieces_carry_the_tokens_so_far_and_usage_is_counted_once() -> None:
+    """vLLM's continuous usage stats give each piece the request's tokens so far, though a
+    piece may carry several (vLLM merges what a slow client has not read yet); the usage is
+    the final chunk's alone, so the caller counts it once."""
+    pieces = await _pieces(
+        _usage_chunk("Hel", None, 1),
+        _usage_chunk("lo the", None, 3),  # two tokens in one chunk
+        _usage_chunk("re.", "stop", 4),
+        _usage_chunk("", None, 4, choices=False),
+    )
+    assert pieces == [
+        ("Hel", 1, None, False),
+        ("lo the", 3, None, False),
+        ("re.", 4, None, False),
+        ("", None, 4, True),
+    ]
+
+
+async def test_a_server_that_sends_usage_on_its_last_piece_has_it_counted() -> None:
+    """A server that ignores ``continuous_usage_stats`` and puts the usage on the finishing
+    chunk (no usage chunk of its own): that usage ends the stream as its usage piece."""
+    pieces = await _pieces(_chunk("Hello"), _usage_chunk(" there.", "stop", 2))
+    assert pieces == [
+        ("Hello", None, None, False),
+        (" there.", 2, None, False),
+        ("", None, 2, True),
+    ]

@@ -54,10 +54,11 @@ def following(trace: str) -> Callable[[str, dict[str, Any]], str]:
 
 
 async def relay_once(
-    trace: str, speculative: bool, max_tokens: int = 4096, **policy: object
+    trace: str, speculative: bool, max_tokens: int = 4096, chunk: int = 1, **policy: object
 ) -> RelayResult:
-    large = ScriptedModel("large", trace, respond=following(trace))
-    small = ScriptedModel("small", trace, respond=following(trace))
+    """One generation; `chunk`: tokens a streamed chunk carries."""
+    large = ScriptedModel("large", trace, respond=following(trace), tokens_per_chunk=chunk)
+    small = ScriptedModel("small", trace, respond=following(trace), tokens_per_chunk=chunk)
     async with (
         ScriptedVLLM(large, small) as server,
         RelaySwitcher(make_config(server, speculative, **policy)) as relay,
@@ -86,6 +87,19 @@ async def test_the_generation_is_the_same_with_and_without_it() -> None:
     # ahead; "e." was refuted by "g"
     assert (on.stats.speculative_handoffs, on.stats.speculative_misses) == (3, 1)
     assert (off.stats.speculative_handoffs, off.stats.speculative_misses) == (0, 0)
+
+
+async def test_a_chunk_of_several_tokens_does_not_make_the_request_opened_ahead_miss() -> None:
+    """vLLM merges the tokens a client has not read yet into one chunk. The request opened
+    ahead has the allowance the turn's would have only if the tokens written so far are
+    counted, not the chunks (counted as one token a chunk, a request opened ahead asks for
+    more tokens than the turn's, and is closed unused). With three tokens a chunk,
+    "e." never ends a chunk, and the three hand-offs foreseen (" Therefore", " Now", "sum.")
+    are all used."""
+    off = await relay_once(TRACE, False, chunk=3)
+    on = await relay_once(TRACE, True, chunk=3)
+    assert off.text == TRACE and outcome(on) == outcome(off)
+    assert (on.stats.speculative_handoffs, on.stats.speculative_misses) == (3, 0)
 
 
 @pytest.mark.parametrize("max_tokens", range(24, 72, 3))
