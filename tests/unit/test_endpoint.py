@@ -147,8 +147,9 @@ async def test_many_concurrent_streams_spread_over_client_shards_and_keep_their_
 
 
 def _usage_chunk(text: str, finish: str | None, completion: int, *, choices: bool = True) -> str:
-    usage = {"prompt_tokens": 5, "completion_tokens": completion, "total_tokens": 5 + completion}
-    usage["prompt_tokens_details"] = {"cached_tokens": 0} if not choices else None
+    usage: dict[str, object] = {"prompt_tokens": 5, "completion_tokens": completion}
+    if not choices:  # vLLM's final usage chunk (with --enable-prompt-tokens-details)
+        usage["prompt_tokens_details"] = {"cached_tokens": 0}
     chunk: dict[str, object] = {"usage": usage, "choices": []}
     if choices:
         chunk["choices"] = [{"text": text, "finish_reason": finish}]
