@@ -63,7 +63,10 @@ class Relay:
             cues=[*CUES, *variant.padding_cues()],
             sampling=SamplingConfig(max_tokens=BUDGET, temperature=0.6, top_p=0.95, top_k=20),
             # cool-down 5 tokens, like the authors' min_tokens=5
-            policy=SwitchPolicy(speculative_handoff=variant.speculative_handoff),
+            policy=SwitchPolicy(
+                speculative_handoff=variant.speculative_handoff,
+                warm_small_prompt=variant.warm_small_prompt,
+            ),
         )
         self.recorder = Recorder()
         self.switcher = RelaySwitcher(
@@ -78,6 +81,9 @@ class Relay:
         self, trace: Trace, mode: str, run: int, force: Forcer, tokens: TokenForcing
     ) -> Generation:
         self.recorder.log = []
+        # the small model's first request is its prompt's warm-up (unless the variant has none:
+        # then the request hook names the phase first)
+        self.recorder.phase = {"large": "reasoning", "small": "warm-up"}
 
         def hook(role: ModelRole, phase: Phase, transcript: str) -> Mapping[str, Any]:
             self.recorder.phase[role] = phase

@@ -14,7 +14,10 @@ can be paired by run:
   carry ~145 stop strings (as the built-in Qwen3 cue set does) instead of 13;
 - ``waits``: ``SwitchPolicy(speculative_handoff=False)``: the next model's request goes out
   only once the confirming token after `` Now`` or ``.`` has arrived (the relay before the
-  speculative hand-off).
+  speculative hand-off);
+- ``cold``: ``SwitchPolicy(warm_small_prompt=False)``: the small model's prompt is not sent
+  ahead when the generation starts, so its first turn prefills it (the relay before the
+  warm-up).
 
 And one variant of the authors' loop (:class:`LoopTransport`), the same loop with its requests
 sent the relay's way:
@@ -51,6 +54,7 @@ class RelayVariant:
     max_stop_strings: int | None = None
     padding: int = 0  # never-occurring cues added (10 stop strings each)
     speculative_handoff: bool = True
+    warm_small_prompt: bool = True
 
     @property
     def streams_stops(self) -> bool:
@@ -68,6 +72,11 @@ VARIANTS = {
         RelayVariant("pad145", "~145 stop strings a large request (13 padding cues)", None, 13),
         RelayVariant(
             "waits", "speculative_handoff=False (waits for the confirming token)", None, 0, False
+        ),
+        RelayVariant(
+            "cold",
+            "warm_small_prompt=False (the small model's prompt prefilled at its first turn)",
+            warm_small_prompt=False,
         ),
     )
 }

@@ -208,6 +208,13 @@ class SwitchPolicy(_Frozen):
         "space), so its prefill overlaps that token; closed unused when the token continues "
         "the word or sentence. The text is the same either way",
     )
+    warm_small_prompt: bool = Field(
+        default=True,
+        description="When a generation starts, send the small model its prompt (one token, "
+        "kept out of the usage) so that its server's prefix cache holds it by the small "
+        "model's first turn, which then prefills only what the large model wrote. Skipped "
+        "when both models are served from one URL (one cache). The text is the same either way",
+    )
 
 
 class ReasoningMarkers(_Frozen):

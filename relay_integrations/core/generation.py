@@ -34,6 +34,7 @@ from .result import (
     SegmentEnd,
     TextDelta,
 )
+from .warm_up import PromptWarmUp
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class Generation:
         self.speculative_handoffs = 0  # hand-offs whose request was opened ahead and used
         self.speculative_misses = 0  # requests opened ahead and closed unused
         self._ahead: HeadStart | None = None
+        self._warm_up: PromptWarmUp | None = None
         self._releaser = self._new_releaser()
 
     @property
@@ -299,9 +301,23 @@ class Generation:
             self.speculative_misses += 1
             await ahead.discard()
 
+    def warm_up(self, role: ModelRole) -> None:
+        """Send `role` its prompt now, one token, so that its server's prefix cache holds it
+        by `role`'s first turn (see :mod:`.warm_up`)."""
+        request = CompletionRequest(
+            prompt=self.prompts[role].text,
+            max_tokens=1,
+            extra_body=self.extra_body,
+            headers={self.config.session_header: self.id},
+        )
+        self._warm_up = PromptWarmUp(self.endpoints[role], self._numbered(request))
+
     async def aclose(self) -> None:
-        """Close what is still open (a request opened ahead of a turn that never came)."""
+        """Close what is still open (a request opened ahead of a turn that never came, the
+        prompt's warm-up)."""
         await self._drop_ahead()
+        if self._warm_up is not None:
+            await self._warm_up.close()
 
     def _count(
         self,
@@ -350,6 +366,7 @@ class Generation:
                 time_to_first_token=self.first_token_at,
                 speculative_handoffs=self.speculative_handoffs,
                 speculative_misses=self.speculative_misses,
+                warm_up=self._warm_up.usage if self._warm_up else None,
             ),
         )
 

@@ -74,6 +74,12 @@ class RelayStats(BaseModel):
     speculative_misses: int = Field(
         default=0, description="Requests opened ahead of a hand-off that did not come, closed"
     )
+    warm_up: ModelUsage | None = Field(
+        default=None,
+        description="The request that put the small model's prompt in its prefix cache when "
+        "the generation started (SwitchPolicy.warm_small_prompt), once finished; not in "
+        "`usage`, which counts the requests whose text the generation keeps",
+    )
 
 
 class RelayResult(BaseModel):

@@ -171,6 +171,30 @@ async def test_speculative_handoff_changes_when_requests_go_out_not_what_they_wr
         assert await running_requests(root) == 0
 
 
+async def test_the_small_models_prompt_is_warmed_while_the_large_model_reasons(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    """With the warm-up, the small model's first turn finds the whole cache blocks of its
+    prompt in vLLM's prefix cache (128 tokens a block here); without it, they are prefilled
+    then. A new session id opens each prompt, so each run starts cold."""
+    firsts = {}
+    for warm in (False, True):
+        system = f"Session {uuid.uuid4().hex}. " + "Check every step of the sum twice. " * 40
+        messages = [{"role": "system", "content": system}, *QUESTION]
+        config = qwen_config(qwen_large, qwen_small, warm_small_prompt=warm)
+        async with RelaySwitcher(config) as relay:
+            result = await relay.generate(messages, request_hook=forcing(QWEN_TRACE))
+        assert result.text == QWEN_TRACE
+        small = next(s for s in result.segments if s.model == "small")
+        firsts[warm] = (small.usage, result.stats.warm_up)
+    (cold, no_warm_up), (warmed, warm_up) = firsts[False], firsts[True]
+    assert no_warm_up is None and warm_up is not None
+    assert warm_up.prompt_tokens >= 256 and warm_up.completion_tokens == 1
+    assert (cold.requests, warmed.requests) == (1, 1)
+    assert cold.cached_tokens == 0
+    assert warmed.cached_tokens >= warm_up.prompt_tokens // 128 * 128
+
+
 ALL_CONFIRMED = (  # every hand-off the relay foresees happens
     "<think>\nLet me add the two parts of the sum first. Therefore, the sum of the parts is "
     "twelve. Now the check of each part comes next in the work. Therefore, the total holds."
@@ -223,7 +247,8 @@ async def test_no_request_opened_ahead_is_closed_when_every_hand_off_is_confirme
             assert result.text == ALL_CONFIRMED
             assert result.stats.speculative_misses == 0
             assert 1 <= result.stats.speculative_handoffs <= 6
-    assert len(counts.done) == sum(u.requests for u in result.usage.values()) * 3
+    warm_up = 1 if result.stats.warm_up is not None else 0  # the small model's prompt
+    assert len(counts.done) == (sum(u.requests for u in result.usage.values()) + warm_up) * 3
     for tokens, usage in counts.done:
         counted = [t for t in tokens if t is not None]
         assert counted == tokens and counted == sorted(set(counted)), tokens
