@@ -146,6 +146,12 @@ def _print_stats(out: TextIO, result: RelayResult) -> None:
             f"{stats.speculative_misses} closed unused",
             file=out,
         )
+    if stats.warm_up is not None:
+        print(
+            f"prompt warm-up:    {stats.warm_up.prompt_tokens} small-model prompt tokens sent "
+            "ahead, one request (not in the usage below)",
+            file=out,
+        )
     ttft = f"{stats.time_to_first_token:.2f} s" if stats.time_to_first_token else "n/a"
     print(f"time:              {stats.total_seconds:.2f} s (first token {ttft})", file=out)
     for role, usage in result.usage.items():

@@ -61,6 +61,13 @@ class RelayMetrics:
             ["outcome"],
             registry=r,
         )
+        self.warm_up_tokens = Counter(
+            "relay_warm_up_tokens",
+            "Small-model prompt tokens sent when a generation starts to fill its prefix cache "
+            "(SwitchPolicy.warm_small_prompt; not in relay_tokens); kind is prompt or cached",
+            ["kind"],
+            registry=r,
+        )
         self.segment_seconds = Histogram(
             "relay_segment_seconds",
             "Wall time of one segment (one model writing without interruption)",
@@ -95,6 +102,9 @@ class RelayMetrics:
         self.switches.inc(result.stats.switches)
         self.speculative.labels("used").inc(result.stats.speculative_handoffs)
         self.speculative.labels("closed").inc(result.stats.speculative_misses)
+        if (warm_up := result.stats.warm_up) is not None:
+            self.warm_up_tokens.labels("prompt").inc(warm_up.prompt_tokens)
+            self.warm_up_tokens.labels("cached").inc(warm_up.cached_tokens)
         for segment in result.segments:
             self.segment_seconds.labels(segment.model, segment.phase).observe(segment.seconds)
         self.generation_seconds.observe(result.stats.total_seconds)

@@ -17,9 +17,10 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from relay_integrations.core import RelayConfig
+from relay_integrations.core import ModelUsage, RelayConfig, RelayResult, RelayStats
 from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.server.logs import JsonFormatter
+from relay_integrations.server.metrics import RelayMetrics
 from relay_integrations.testing.capable_model import capable_relay_config, capable_server
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM
 from tests.fakes.ports import refusing_port
@@ -374,6 +375,39 @@ def test_health_is_503_naming_an_unreachable_upstream(upstream: ScriptedVLLM) ->
 
 
 # --- metrics --------------------------------------------------------------------------------
+
+
+def test_metrics_count_the_small_prompts_warm_up_apart_from_the_tokens() -> None:
+    metrics = RelayMetrics()
+    used = {"large": ModelUsage(prompt_tokens=40), "small": ModelUsage(prompt_tokens=60)}
+    warm_up = ModelUsage(requests=1, prompt_tokens=900, cached_tokens=128, completion_tokens=1)
+    stats = RelayStats(
+        large_share=1.0,
+        switches=0,
+        seconds={"large": 1.0, "small": 0.0},
+        total_seconds=1.0,
+        time_to_first_token=None,
+        warm_up=warm_up,
+    )
+    metrics.observe(
+        RelayResult(
+            generation_id="g",
+            text="",
+            reasoning="",
+            answer="",
+            finish_reason="stop",
+            segments=[],
+            usage=used,
+            stats=stats,
+        )
+    )
+
+    def value(name: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(name, labels)
+
+    assert value("relay_warm_up_tokens_total", kind="prompt") == 900
+    assert value("relay_warm_up_tokens_total", kind="cached") == 128
+    assert value("relay_tokens_total", model="small", kind="prompt") == 60
 
 
 def test_metrics_count_requests_tokens_switches_and_generations(upstream: ScriptedVLLM) -> None:
