@@ -217,7 +217,8 @@ class RelaySwitcher(AsyncClosing):
         """Whether to warm the small model's prompt: by the policy, unless one server (one
         prefix cache, warmed by the large model's first request) serves both."""
         config = self.config
-        return config.policy.warm_small_prompt and config.large.base_url != config.small.base_url
+        one_server = config.large.server_root == config.small.server_root
+        return config.policy.warm_small_prompt and not one_server
 
     def _large_stops(self, run: Generation) -> tuple[str, ...]:
         """Most important first: a server that takes only a few gets the end of reasoning

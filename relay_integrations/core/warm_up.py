@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import aclosing
 
 from .endpoint import CompletionRequest, Endpoint
 from .errors import RelayError
@@ -37,13 +38,14 @@ class PromptWarmUp:
 
     async def _send(self, endpoint: Endpoint, request: CompletionRequest) -> None:
         try:
-            async for piece in endpoint.stream_completion(request):
-                if piece.completion_tokens is not None:
-                    usage = ModelUsage()
-                    usage.add(
-                        piece.prompt_tokens or 0, piece.cached_tokens, piece.completion_tokens
-                    )
-                    self.usage = usage
+            async with aclosing(endpoint.stream_completion(request)) as pieces:
+                async for piece in pieces:
+                    if piece.completion_tokens is not None:
+                        usage = ModelUsage()
+                        usage.add(
+                            piece.prompt_tokens or 0, piece.cached_tokens, piece.completion_tokens
+                        )
+                        self.usage = usage
         except RelayError as failed:
             logger.debug("warming the %s model's prompt failed: %s", endpoint.role, failed)
 
