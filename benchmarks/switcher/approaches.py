@@ -25,7 +25,7 @@ from relay_integrations.core.switcher import ROLES
 
 from .forcing import Forcer, TokenForcing
 from .rates import open_stream
-from .recording import Generation, Recorder, RequestRecord
+from .recording import WARM_UP, Generation, Recorder, RequestRecord
 from .servers import Server, Tokenizer
 from .settings import (
     AUTHORS_MIN_TOKENS,
@@ -83,7 +83,7 @@ class Relay:
         self.recorder.log = []
         # the small model's first request is its prompt's warm-up (unless the variant has none:
         # then the request hook names the phase first)
-        self.recorder.phase = {"large": "reasoning", "small": "warm-up"}
+        self.recorder.phase = {"large": "reasoning", "small": WARM_UP}
 
         def hook(role: ModelRole, phase: Phase, transcript: str) -> Mapping[str, Any]:
             self.recorder.phase[role] = phase

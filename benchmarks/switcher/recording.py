@@ -15,6 +15,9 @@ from relay_integrations.core.observer import ObservedEndpoint, RequestObserver
 from .rates import Rates
 from .settings import QUIET
 
+WARM_UP = "warm-up"
+"""The phase of the small model's prompt warm-up (``SwitchPolicy.warm_small_prompt``)."""
+
 
 @dataclass
 class RequestRecord:

@@ -43,7 +43,7 @@ from pydantic import BaseModel
 
 from relay_integrations.jobs.statistics import median
 
-from .recording import Generation
+from .recording import WARM_UP, Generation
 from .results import EngineResult, Spread
 
 
@@ -138,9 +138,11 @@ def _paired(a: Sequence[Generation], b: Sequence[Generation]) -> list[float]:
 
 def stops_of(gen: Generation) -> list[tuple[str, str | None]]:
     """Each request's model and stop string (an end of sequence, or none, as None: the
-    forced answer ends either way)."""
+    forced answer ends either way); the small prompt's warm-up is not a segment's request."""
     return [
-        (r.role, r.stop_reason if isinstance(r.stop_reason, str) else None) for r in gen.requests
+        (r.role, r.stop_reason if isinstance(r.stop_reason, str) else None)
+        for r in gen.requests
+        if r.phase != WARM_UP
     ]
 
 
