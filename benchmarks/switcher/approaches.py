@@ -81,8 +81,8 @@ class Relay:
         self, trace: Trace, mode: str, run: int, force: Forcer, tokens: TokenForcing
     ) -> Generation:
         self.recorder.log = []
-        # the small model's first request is its prompt's warm-up (unless the variant has none:
-        # then the request hook names the phase first)
+        # with the warm-up, the small model's first request is its prompt's (without it, the
+        # request hook names the phase of the first one)
         self.recorder.phase = {"large": "reasoning", "small": WARM_UP}
 
         def hook(role: ModelRole, phase: Phase, transcript: str) -> Mapping[str, Any]:

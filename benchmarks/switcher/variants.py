@@ -15,9 +15,8 @@ can be paired by run:
 - ``waits``: ``SwitchPolicy(speculative_handoff=False)``: the next model's request goes out
   only once the confirming token after `` Now`` or ``.`` has arrived (the relay before the
   speculative hand-off);
-- ``cold``: ``SwitchPolicy(warm_small_prompt=False)``: the small model's prompt is not sent
-  ahead when the generation starts, so its first turn prefills it (the relay before the
-  warm-up).
+- ``warm``: ``SwitchPolicy(warm_small_prompt=True)``: the small model's prompt is sent when
+  the generation starts, so its first turn finds it in the prefix cache.
 
 And one variant of the authors' loop (:class:`LoopTransport`), the same loop with its requests
 sent the relay's way:
@@ -54,7 +53,7 @@ class RelayVariant:
     max_stop_strings: int | None = None
     padding: int = 0  # never-occurring cues added (10 stop strings each)
     speculative_handoff: bool = True
-    warm_small_prompt: bool = True
+    warm_small_prompt: bool = False
 
     @property
     def streams_stops(self) -> bool:
@@ -74,9 +73,9 @@ VARIANTS = {
             "waits", "speculative_handoff=False (waits for the confirming token)", None, 0, False
         ),
         RelayVariant(
-            "cold",
-            "warm_small_prompt=False (the small model's prompt prefilled at its first turn)",
-            warm_small_prompt=False,
+            "warm",
+            "warm_small_prompt=True (the small model's prompt sent when the generation starts)",
+            warm_small_prompt=True,
         ),
     )
 }

@@ -209,11 +209,13 @@ class SwitchPolicy(_Frozen):
         "the word or sentence. The text is the same either way",
     )
     warm_small_prompt: bool = Field(
-        default=True,
+        default=False,
         description="When a generation starts, send the small model its prompt (one token, "
         "kept out of the usage) so that its server's prefix cache holds it by the small "
-        "model's first turn, which then prefills only what the large model wrote. Skipped "
-        "when both models are served from one URL (one cache). The text is the same either way",
+        "model's first turn, which then prefills only what the large model wrote. For long "
+        "prompts on a small server with capacity to spare; on a machine where the two "
+        "servers share CPU cores it measured slower. Skipped when both models are served "
+        "from one URL (one cache). The text is the same either way",
     )
 
 

@@ -126,10 +126,6 @@ async def test_each_server_gets_its_own_template_and_reuses_its_own_prefix(
     assert large_prompt.startswith("<bos>") and large_prompt.endswith("<think>\n")
     assert small_prompt.startswith("<|im_start|>system\n")
     assert small_prompt.endswith("<|im_start|>assistant\n")
-    # the small model's first request warms its own prompt: one token, kept out of the usage
-    warm_up = sent["small"].pop(0)
-    assert (warm_up.prompt, warm_up.max_tokens) == (small_prompt, 1)
-    assert result.stats.warm_up is not None and result.stats.warm_up.completion_tokens == 1
     # every request is the model's own rendered prompt plus the transcript so far
     for role, prompt in (("large", large_prompt), ("small", small_prompt)):
         assert sent[role] and all(r.prompt.startswith(prompt) for r in sent[role])
