@@ -112,10 +112,13 @@ def _set_fields(partial: BaseModel) -> dict[str, object]:
 
 def assert_grows_to(partials: list[BaseModel], final: Verdict) -> None:
     """The fields set never fall, never disagree with the final object (the grade, a
-    one-letter string, shows whole), and come one at a time; the last partial is the object."""
+    one-letter string, shows whole), and grow from none to both; the last partial is the
+    object. (A partial with one field is usual but not certain: vLLM merges the tokens of
+    steps its API server has not sent yet into one chunk on a busy machine, and one chunk may
+    then complete both fields; the scripted test checks the one-at-a-time growth.)"""
     assert partials[-1] == final and isinstance(partials[-1], Verdict)
     counts = [len(_set_fields(p)) for p in partials]
-    assert counts == sorted(counts) and {0, 1, 2} <= set(counts), counts
+    assert counts == sorted(counts) and {0, 2} <= set(counts), counts
     for partial in partials:
         fields = _set_fields(partial)
         assert all(fields[k] in ("", getattr(final, k)) for k in fields), fields
