@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from .habits import check_extra_body
 
@@ -214,8 +214,8 @@ class SwitchPolicy(_Frozen):
         "kept out of the usage) so that its server's prefix cache holds it by the small "
         "model's first turn, which then prefills only what the large model wrote. For long "
         "prompts on a small server with capacity to spare; on a machine where the two "
-        "servers share CPU cores it measured slower. Skipped when both models are served "
-        "from one URL (one cache). The text is the same either way",
+        "servers share CPU cores it measured slower. Needs the two models on two servers "
+        "(refused for one: one cache). The text is the same either way",
     )
 
 
@@ -247,6 +247,18 @@ class RelayConfig(_Frozen):
         description="Header carrying the generation id on every upstream request, so that a "
         "prefix-cache-aware router keeps one generation on one replica",
     )
+
+    @model_validator(mode="after")
+    def _warm_up_needs_two_servers(self) -> RelayConfig:
+        """Refuse a setting that could do nothing: one server has one prefix cache, which
+        the large model's first request fills with the prompt anyway."""
+        if self.policy.warm_small_prompt and self.large.server_root == self.small.server_root:
+            raise ValueError(
+                "policy.warm_small_prompt needs the small model on a server of its own: "
+                f"{self.large.server_root} serves both models, and the large model's first "
+                "request already puts the prompt in its one prefix cache. Leave it off."
+            )
+        return self
 
     def endpoint(self, role: ModelRole) -> EndpointConfig:
         """The endpoint of `role`."""

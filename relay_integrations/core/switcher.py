@@ -154,8 +154,8 @@ class RelaySwitcher(AsyncClosing):
         policy = self.config.policy
         state: _State = "large" if run.phase == "reasoning" else "answer"
         finish: SegmentEnd = "stop"
-        if state == "large" and run.small_available and self._warms_small_prompt():
-            run.warm_up("small")
+        if state == "large" and run.small_available and policy.warm_small_prompt:
+            run.warm_up("small")  # the config holds the two models on two servers
         while state != "done":
             if state == "large":
                 async for delta in run.turn(
@@ -212,13 +212,6 @@ class RelaySwitcher(AsyncClosing):
         for delta in run.flush(run.segments[-1].model):
             yield delta
         yield RelayDone(run.result("length" if finish == "length" else "stop"))
-
-    def _warms_small_prompt(self) -> bool:
-        """Whether to warm the small model's prompt: by the policy, unless one server (one
-        prefix cache, warmed by the large model's first request) serves both."""
-        config = self.config
-        one_server = config.large.server_root == config.small.server_root
-        return config.policy.warm_small_prompt and not one_server
 
     def _large_stops(self, run: Generation) -> tuple[str, ...]:
         """Most important first: a server that takes only a few gets the end of reasoning

@@ -1,8 +1,11 @@
 """The small model's prompt warmed at the start (``SwitchPolicy.warm_small_prompt``), against
-two scripted servers (one a model: the warm-up is skipped where one server serves both).
+two scripted servers, one a model (one server for both is refused: nothing to warm).
 
 Proven on real vLLM in tests/integration/test_relay_real_vllm.py.
 """
+
+import pytest
+from pydantic import ValidationError
 
 from relay_integrations.core import (
     EndpointConfig,
@@ -76,19 +79,15 @@ async def test_a_warm_up_that_fails_changes_nothing_else() -> None:
     assert outcome(warm) == outcome(cold) and warm.stats.warm_up is None
 
 
-async def test_it_is_off_by_default_and_one_server_for_both_models_is_not_warmed() -> None:
-    """Off by default (it measured slower where the two servers share CPU cores); and one
-    server's one prefix cache is warmed by the large model's first request anyway."""
+def test_it_is_off_by_default_and_refused_for_one_server_serving_both_models() -> None:
+    """Off by default (it measured slower where the two servers share CPU cores); asked for
+    where one server serves both models (one prefix cache, which the large model's first
+    request fills with the prompt anyway), it could do nothing, so the config refuses it."""
     assert not SwitchPolicy().warm_small_prompt
-    large, small = ScriptedModel("large", TRACE), ScriptedModel("small", TRACE)
-    async with ScriptedVLLM(large, small) as server:
-        config = RelayConfig(
-            large=EndpointConfig(base_url=server.base_url, model="large"),
-            small=EndpointConfig(base_url=server.base_url + "/", model="small"),
-            cues=["Therefore,", "Now"],
+    url = "http://127.0.0.1:8000/v1"
+    with pytest.raises(ValidationError, match="warm_small_prompt needs the small model on a"):
+        RelayConfig(
+            large=EndpointConfig(base_url=url, model="large"),
+            small=EndpointConfig(base_url=url + "/", model="small"),
             policy=SwitchPolicy(warm_small_prompt=True),
         )
-        async with RelaySwitcher(config) as relay:
-            result = await relay.generate(MESSAGES)
-    assert result.text == TRACE and result.stats.warm_up is None
-    assert all(r["max_tokens"] > 1 for r in small.requests)
