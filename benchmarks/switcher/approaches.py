@@ -49,16 +49,19 @@ class Relay:
     ) -> None:
         self.variant = variant
         limit = variant.max_stop_strings
+        chunks = {"stream_interval": variant.stream_interval} if variant.stream_interval else {}
         config = RelayConfig(
             large=EndpointConfig(
                 base_url=servers["large"].url,
                 model=servers["large"].model,
                 max_stop_strings=limit,
+                extra_body=chunks,
             ),
             small=EndpointConfig(
                 base_url=servers["small"].url,
                 model=servers["small"].model,
                 max_stop_strings=limit,
+                extra_body=chunks,
             ),
             cues=[*CUES, *variant.padding_cues()],
             sampling=SamplingConfig(max_tokens=BUDGET, temperature=0.6, top_p=0.95, top_k=20),

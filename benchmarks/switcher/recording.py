@@ -243,5 +243,7 @@ class Generation:
             "cuts": self.cuts,
             "speculative_handoffs": self.speculative[0],
             "speculative_misses": self.speculative[1],
-            "per_request": [r.summary() for r in self.requests],
+            "per_request": [
+                {**r.summary(), "start": r.sent - self.requests[0].sent} for r in self.requests
+            ],
         }

@@ -16,7 +16,10 @@ can be paired by run:
   only once the confirming token after `` Now`` or ``.`` has arrived (the relay before the
   speculative hand-off);
 - ``warm``: ``SwitchPolicy(warm_small_prompt=True)``: the small model's prompt is sent when
-  the generation starts, so its first turn finds it in the prefix cache.
+  the generation starts, so its first turn finds it in the prefix cache;
+- ``chunk4``: every request asks vLLM for a chunk every 4 tokens (vLLM's per-request
+  ``stream_interval``, sent in ``EndpointConfig.extra_body``; the first and last chunks come
+  at once): fewer chunks for the servers' API processes and the client on shared cores.
 
 And one variant of the authors' loop (:class:`LoopTransport`), the same loop with its requests
 sent the relay's way:
@@ -54,6 +57,7 @@ class RelayVariant:
     padding: int = 0  # never-occurring cues added (10 stop strings each)
     speculative_handoff: bool = True
     warm_small_prompt: bool = False
+    stream_interval: int | None = None  # vLLM's per-request chunk interval, in tokens
 
     @property
     def streams_stops(self) -> bool:
@@ -76,6 +80,9 @@ VARIANTS = {
             "warm",
             "warm_small_prompt=True (the small model's prompt sent when the generation starts)",
             warm_small_prompt=True,
+        ),
+        RelayVariant(
+            "chunk4", "stream_interval=4 (vLLM sends a chunk every 4 tokens)", stream_interval=4
         ),
     )
 }

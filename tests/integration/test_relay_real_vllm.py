@@ -171,6 +171,35 @@ async def test_speculative_handoff_changes_when_requests_go_out_not_what_they_wr
         assert await running_requests(root) == 0
 
 
+async def test_a_chunk_every_four_tokens_gives_the_same_segments_in_fewer_pieces(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    """vLLM's per-request ``stream_interval`` (0.32), passed in each endpoint's extra_body:
+    the servers send a chunk every 4 tokens, and the relay decides the same hand-offs,
+    cutting each segment at the same place, from fewer, longer pieces."""
+    outcomes, pieces = {}, {}
+    for interval in (None, 4):
+        config = qwen_config(qwen_large, qwen_small)
+        if interval is not None:
+            chunks = {"stream_interval": interval}
+            config = config.model_copy(
+                update={
+                    "large": config.large.model_copy(update={"extra_body": chunks}),
+                    "small": config.small.model_copy(update={"extra_body": chunks}),
+                }
+            )
+        async with RelaySwitcher(config) as relay:
+            events, outcomes[interval] = await run(relay, QWEN_TRACE)
+        pieces[interval] = sum(isinstance(e, TextDelta) for e in events)
+        check_stream_matches_result(events, outcomes[interval])
+    every, fours = outcomes[None], outcomes[4]
+    assert fours.text == every.text == QWEN_TRACE
+    assert [(s.model, s.ended_by, s.cue, s.text) for s in fours.segments] == [
+        (s.model, s.ended_by, s.cue, s.text) for s in every.segments
+    ]
+    assert pieces[4] < pieces[None]
+
+
 async def test_the_small_models_prompt_is_warmed_while_the_large_model_reasons(
     qwen_large: Server, qwen_small: Server
 ) -> None:
