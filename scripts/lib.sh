@@ -14,6 +14,47 @@ field() {
 
 pid_alive() { [[ -n "${1:-}" ]] && kill -0 "$1" 2>/dev/null; }
 
+# vllm_executor EXECUTOR CORES: how a vLLM (CPU) server is started on CORES (a taskset list
+# such as "1" or "0-3"), in three arrays: VLLM_PIN (the command's prefix), VLLM_EXECUTOR_ENV
+# and VLLM_EXECUTOR_FLAGS.
+#   mp   vLLM's default on a CPU: the model runs in a worker process pinned to CORES, and the
+#        scheduler (the engine-core process) busy-polls for its results, a second core's worth
+#        of CPU while the server writes (vLLM reserves a core per server for it).
+#   uni  the model runs in the engine-core process (vLLM's one-process executor, which a CPU
+#        allows with VLLM_ENABLE_V1_MULTIPROCESSING=0), the whole server pinned to CORES until
+#        vllm_unpin_api_server frees its API server: nothing polls.
+vllm_executor() {
+  local executor="$1" cores="$2" part count=0
+  case "$executor" in
+    mp)
+      VLLM_PIN=()
+      VLLM_EXECUTOR_ENV=(VLLM_CPU_OMP_THREADS_BIND="$cores")
+      VLLM_EXECUTOR_FLAGS=()
+      ;;
+    uni)
+      local IFS=,
+      for part in $cores; do
+        if [[ "$part" == *-* ]]; then count=$((count + ${part#*-} - ${part%-*} + 1)); else count=$((count + 1)); fi
+      done
+      VLLM_PIN=(taskset -c "$cores")
+      VLLM_EXECUTOR_ENV=(VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS="$count"
+        VLLM_ENABLE_V1_MULTIPROCESSING=0)
+      VLLM_EXECUTOR_FLAGS=(--distributed-executor-backend uni)
+      ;;
+    *)
+      echo "error: the vLLM executor is mp or uni, not $executor" >&2
+      return 1
+      ;;
+  esac
+}
+
+# vllm_unpin_api_server EXECUTOR PID: once a uni server answers, its API server (PID; the
+# engine-core child keeps CORES) may run on every core, like the API server of an mp server.
+vllm_unpin_api_server() {
+  [[ "$1" == uni ]] || return 0
+  taskset -a -p -c "0-$(($(nproc) - 1))" "$2" >/dev/null
+}
+
 # ensure_project_venv EXTRAS: create $PROJECT_VENV and install the project (editable) with
 # EXTRAS (e.g. "dev"); skipped when pyproject.toml has not changed since the last install.
 ensure_project_venv() {

