@@ -2,7 +2,8 @@
 against the ideal time of the same tokens, the published loop and the large model alone, and
 the client's own CPU cost against the scripted upstream::
 
-    scripts/vllm_servers.sh start && eval "$(scripts/vllm_servers.sh env)"
+    RELAY_VLLM_EXECUTOR=uni scripts/vllm_servers.sh start qwen3-large qwen3-small
+    eval "$(scripts/vllm_servers.sh env)"
     python -m benchmarks switcher [--quick] [--json FILE] [--plot FILE]
 
 What it measures and how, and this machine's figures: ``docs/benchmarks.md``, "Switcher

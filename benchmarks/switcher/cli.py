@@ -54,7 +54,8 @@ def servers_down(servers: Mapping[ModelRole, Server]) -> bool:
         for problem in problems:
             print(f"  {problem}", file=sys.stderr)
         print(
-            'start them with: scripts/vllm_servers.sh start  (then: eval "$(scripts/vllm_servers.sh env)")',
+            "start them with: RELAY_VLLM_EXECUTOR=uni scripts/vllm_servers.sh start qwen3-large "
+            'qwen3-small  (then: eval "$(scripts/vllm_servers.sh env)")',
             file=sys.stderr,
         )
     return bool(problems)
