@@ -17,7 +17,7 @@
 #                               (8101 / 8102 / 8103 / 8104)
 #   RELAY_VLLM_MAX_MODEL_LEN   (default 4096)
 #   RELAY_VLLM_START_TIMEOUT   seconds to wait for each server (default 300)
-#   RELAY_VLLM_EXECUTOR        mp (default, as vLLM starts on a CPU) or uni: see "Executors" below
+#   RELAY_VLLM_EXECUTOR        mp (default, as vLLM starts on a CPU) or uni (see above SERVERS)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -156,7 +156,7 @@ wait_one() {
   while true; do
     pid="$(read_pid "$name")"
     if answers "$port"; then
-      vllm_unpin_api_server "$EXECUTOR" "$(read_pid "$name")"
+      vllm_unpin_api_server "$EXECUTOR" "$pid"
       say "[start] $name ready after $((SECONDS - t0))s: http://$HOST:$port/v1 (model: $served)"
       return 0
     fi
