@@ -125,6 +125,10 @@ start_one() {
   vllm_executor "$EXECUTOR" "$bind"
   pid="$(read_pid "$name")"
   if pid_alive "$pid"; then
+    local running=mp
+    grep -qa -- "--distributed-executor-backend" "/proc/$pid/cmdline" && running=uni
+    [[ "$running" == "$EXECUTOR" ]] ||
+      die "$name already runs with the $running executor; '$0 stop' first to start it with $EXECUTOR"
     say "[start] $name already running (pid $pid, port $port)"
     return 0
   fi
