@@ -68,6 +68,7 @@ class ChatRequest:
     """Id of the generation upstream (session header, vLLM request ids); unique per turn."""
 
     def __post_init__(self) -> None:
+        check_text_messages(self.messages)
         names = [tool_name(t) for t in self.tools]
         if self.tool_choice not in (None, "auto", "none", "required") and (
             self.tool_choice not in names
@@ -303,6 +304,25 @@ def normalize_tool_choice(
     if choice is None or choice == "auto":
         return "required" if required else choice
     return str(choice)
+
+
+def check_text_messages(messages: Sequence[Message]) -> None:
+    """Refuse what the two text models cannot read, before any request is sent: no messages
+    at all, or a content part other than text (an image, audio, a file)."""
+    if not messages:
+        raise ValueError("the chat has no messages: give at least one (e.g. the user's question)")
+    for index, message in enumerate(messages):
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for part_index, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+            if kind != "text":
+                raise ValueError(
+                    f"messages[{index}].content[{part_index}] is of type {kind!r}: the relay's "
+                    "models read text only (both are text models), so send text parts only "
+                    "(describe an image in words, or extract a file's text first)"
+                )
 
 
 def tool_name(tool: Mapping[str, Any]) -> str:

@@ -10,15 +10,19 @@ neither re-implements the plumbing::
 Each switcher holds HTTP connections of its event loop. :meth:`close` closes them all; a
 client that is garbage-collected without it has them closed on their loops by
 :meth:`close_later` (no thread waits), so models made and dropped by the thousand
-(``configurable_fields``, a model per request) leave no connections behind.
+(``configurable_fields``, a model per request) leave no connections behind. A loop that ends
+takes its switcher with it: ``asyncio.run`` (and ``asyncio.Runner``) closes its connections as
+it shuts down, so one model called as ``asyncio.run(model.ainvoke(...))`` again and again, in
+a script, a notebook or a task queue's worker threads, keeps one loop's connections, not one
+set per loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import weakref
-from collections.abc import AsyncIterator, Coroutine, Generator
+import threading
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Generator
 from typing import Any, Literal, TypeVar, overload
 
 from .chat import ChatEvent, ChatRequest, ChatResponse, ToolCallChunk, stream_chat
@@ -43,19 +47,22 @@ class RelayClient:
         self.config = config
         self.cues = cues
         self.renderer = renderer
-        self._switchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RelaySwitcher] = (
-            weakref.WeakKeyDictionary()
-        )
+        # Not weakly keyed: a switcher's connections hold its loop, so a weak key never died.
+        self._switchers: dict[asyncio.AbstractEventLoop, _LoopSwitcher] = {}
+        self._lock = threading.Lock()  # loops of several threads use one client
         self._background = shared_loop()
 
     def switcher(self) -> RelaySwitcher:
         """The switcher of the running event loop, made on first use (also after a close)."""
         loop = asyncio.get_running_loop()
-        switcher = self._switchers.get(loop)
-        if switcher is None:
+        held = self._switchers.get(loop)
+        if held is None:
             switcher = RelaySwitcher(self.config, cues=self.cues, renderer=self.renderer)
-            self._switchers[loop] = switcher
-        return switcher
+            held = _LoopSwitcher(switcher, _closed_at_shutdown(self._switchers, loop))
+            with self._lock:
+                self._forget_closed_loops()
+                self._switchers[loop] = held
+        return held.switcher
 
     @overload
     def stream(
@@ -130,7 +137,48 @@ class RelayClient:
                     asyncio.run_coroutine_threadsafe(switcher.aclose(), loop)
 
     def _take_switchers(self) -> list[tuple[asyncio.AbstractEventLoop, RelaySwitcher]]:
-        """The open switchers, forgotten here (a closed loop's connections died with it)."""
-        taken = [(loop, s) for loop, s in self._switchers.items() if not loop.is_closed()]
-        self._switchers.clear()
-        return taken
+        """The open loops' switchers, forgotten here."""
+        with self._lock:
+            held, self._switchers = self._switchers, {}
+        return [(loop, h.switcher) for loop, h in held.items() if not loop.is_closed()]
+
+    def _forget_closed_loops(self) -> None:
+        """Drop the switchers of loops closed without shutting down their async generators
+        (``loop.close()`` by hand): nothing can run on such a loop, and once forgotten, its
+        sockets are closed when their transports are collected."""
+        for loop in [loop for loop in self._switchers if loop.is_closed()]:
+            del self._switchers[loop]
+
+
+class _LoopSwitcher:
+    """A loop's switcher, and the async generator that closes it when the loop shuts down."""
+
+    def __init__(self, switcher: RelaySwitcher, closer: AsyncGenerator[None, None]) -> None:
+        self.switcher = switcher
+        self._closer = closer  # the loop holds its async generators weakly: this keeps it
+        _start(closer)
+
+
+async def _closed_at_shutdown(
+    switchers: dict[asyncio.AbstractEventLoop, _LoopSwitcher], loop: asyncio.AbstractEventLoop
+) -> AsyncGenerator[None, None]:
+    """Waits at its ``yield`` until its loop shuts down its async generators (``asyncio.run``
+    and ``asyncio.Runner`` do, before they close the loop), then closes the loop's switcher.
+    There is no other hook at a loop's end while it can still run a coroutine."""
+    try:
+        yield
+    finally:
+        held = switchers.pop(loop, None)  # None: closed (and forgotten) by close() already
+        if held is not None:
+            await held.switcher.aclose()
+
+
+def _start(generator: AsyncGenerator[None, None]) -> None:
+    """Run `generator` to its first ``yield`` without awaiting: the running loop's async
+    generator hooks register it (to be closed at shutdown) on its first step."""
+    step = generator.asend(None)
+    try:
+        step.send(None)
+    except StopIteration:
+        return
+    raise AssertionError("unreachable: the generator yields before it awaits anything")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
@@ -142,6 +143,23 @@ class EndpointConfig(_Frozen):
         default_factory=SamplingOverrides,
         description="This model's own sampling, over the shared values (e.g. a cooler small model)",
     )
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        """A URL the HTTP client can open; without this, a missing scheme would be tried
+        (and retried) as a request, and then blamed on the server."""
+        if "://" not in url:
+            raise ValueError(f"{url!r} has no scheme: write 'http://{url}'")
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(
+                f"{url!r} has the scheme {parts.scheme!r}: vLLM is served over http "
+                "(https behind a proxy)"
+            )
+        if not parts.hostname:
+            raise ValueError(f"{url!r} names no host: write e.g. 'http://127.0.0.1:8000/v1'")
+        return url
 
     @field_validator("extra_body")
     @classmethod

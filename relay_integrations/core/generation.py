@@ -34,6 +34,7 @@ from .result import (
     SegmentEnd,
     TextDelta,
 )
+from .upstream_errors import explain_broken_stream
 from .warm_up import PromptWarmUp
 
 
@@ -184,7 +185,9 @@ class Generation:
                     self._count(role, phase, usage, 0, 0, sent.written)
                     resumes += 1
                     if resumes > self.config.policy.max_resumes:
-                        raise UpstreamFailure(role, broken.cause) from broken
+                        config = self.endpoints[role].config
+                        detail = explain_broken_stream(broken.cause, role, config, resumes)
+                        raise UpstreamFailure(role, broken.cause, detail) from broken
                     continue
                 end = RequestEnd(
                     sent.finish_reason,

@@ -61,6 +61,23 @@ def explain_failure(
     return f"{cause} (from {config.base_url})"  # an error event: vLLM's message is in it
 
 
+def explain_broken_stream(
+    cause: BaseException, role: ModelRole, config: EndpointConfig, breaks: int
+) -> str:
+    """Why a turn gave up after its stream broke `breaks` times, each after it had sent text
+    (the turn resumed from the text so far after all but the last): the ``detail`` of its
+    UpstreamFailure."""
+    said = str(cause) or type(cause).__name__
+    resumes = "1 resume" if breaks == 2 else f"{breaks - 1} resumes"
+    return (
+        f"the stream from {config.base_url} broke after sending text, {breaks} times in one "
+        f"turn (the request and {resumes} from the text so far; last: {said}). Check the "
+        f"{role} vLLM server's log for a crash or restart, and any proxy or load balancer in "
+        "between for a response or idle timeout; SwitchPolicy.max_resumes allows more "
+        "resumes. The text written so far is in the error's .partial."
+    )
+
+
 def _transport_reason(cause: openai.APIConnectionError, config: EndpointConfig) -> str:
     """Why no connection was made, from the exceptions under the SDK's "Connection error."."""
     chain = _chain(cause)

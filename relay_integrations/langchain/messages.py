@@ -22,13 +22,26 @@ from ..core.result import RelayResult
 from ..core.tool_calls import InvalidToolCall, ToolCall
 
 REASONING_KEY = "reasoning_content"
+EARLIER_TURN_PARTS = frozenset({"reasoning", "thinking", "tool_call"})
+"""Content blocks of an earlier assistant turn (``output_version="v1"``, other providers'
+messages) that are not sent as text: the reasoning, left out as the chat templates leave it
+out, and the calls, which go as ``tool_calls``."""
 
 
 def to_openai(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
-    """OpenAI-format dicts for the chat template; earlier turns' reasoning is left out."""
+    """OpenAI-format dicts for the chat template; earlier turns' reasoning is left out.
+    Media blocks stay, for the shared check to refuse with their place (the models read
+    text only)."""
     converted = convert_to_openai_messages(list(messages))
     for message in converted:
         message.pop(REASONING_KEY, None)
+        content = message.get("content")
+        if message["role"] == "assistant" and isinstance(content, list):
+            message["content"] = [
+                part
+                for part in content
+                if not (isinstance(part, dict) and part.get("type") in EARLIER_TURN_PARTS)
+            ]
     return converted
 
 

@@ -25,6 +25,14 @@ response. With ``api_key``, the ``/v1`` routes want it as a bearer token, as vLL
 ``--api-key`` does. ``/tokenize`` renders chat messages (and tools) like vLLM with the Qwen3
 chat template (:func:`.qwen3_template.render_chat`). :class:`Fault` injects failures.
 
+Synchronous code (a sync test suite, a LangChain app's ``invoke`` tests) serves it from a
+thread of its own with :func:`serving`::
+
+    pair = ScriptedVLLM(ScriptedModel("large", trace), ScriptedModel("small", trace))
+    with serving(pair) as vllm:
+        llm = RelayChatModel(large_url=vllm.base_url, large_model="large", ...)
+        llm.invoke("2 + 2?")
+
 A model's ``respond`` callback, when given, replaces the trace: it gets the prompt and the
 request body and returns the continuation (:mod:`.capable_model` answers like a capable
 reasoning model, tools and structured outputs included).
@@ -46,7 +54,9 @@ except ImportError as missing:
 import asyncio
 import json
 import socket
-from collections.abc import AsyncIterator, Callable
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -334,6 +344,29 @@ class ScriptedVLLM:
             return {**_completion(model.name, [choice]), "usage": outcome.usage}
         finally:
             model.active -= 1
+
+
+@contextmanager
+def serving(server: ScriptedVLLM) -> Iterator[ScriptedVLLM]:
+    """Serve `server` on an event loop in a thread of its own until the block ends, for sync
+    code (and async code that should not share its loop with the server)::
+
+        with serving(capable_server()) as vllm:
+            RelayChatModel(**relay_fields(vllm.base_url)).invoke("What is 7 * 6?")
+    """
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="scripted-vllm", daemon=True)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(server.__aenter__(), loop).result(timeout=30)
+        try:
+            yield server
+        finally:
+            asyncio.run_coroutine_threadsafe(server.__aexit__(None, None, None), loop).result(30)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+        loop.close()
 
 
 @dataclass

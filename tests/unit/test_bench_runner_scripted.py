@@ -15,8 +15,7 @@ from relay_integrations.bench.stats import latest, summarize
 from relay_integrations.cli import main
 from relay_integrations.core import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
 from relay_integrations.jobs.datasets import DatasetError
-from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
-from tests.fakes.threaded import serving
+from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM, serving
 
 TRACE = (
     "<think>\nLet me see. Therefore, it is 4. Now we check.\n</think>\n\nThe answer is \\boxed{4}."

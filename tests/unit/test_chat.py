@@ -21,6 +21,7 @@ WEATHER = {
     "function": {"name": "get_weather", "parameters": {"type": "object"}},
 }
 TIME = {"type": "function", "function": {"name": "get_time"}}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.mark.parametrize(
@@ -43,22 +44,22 @@ def test_tool_choices_of_every_framework_normalize(choice, required, expected) -
 
 
 def test_a_forced_choice_constrains_the_answer_to_the_allowed_calls() -> None:
-    named = ChatRequest([], tools=[WEATHER, TIME], tool_choice="get_weather")
+    named = ChatRequest(ASK, tools=[WEATHER, TIME], tool_choice="get_weather")
     schema = named.answer_constraint()["json"]  # type: ignore[index]
     assert schema["properties"]["name"] == {"const": "get_weather"}
     assert schema["properties"]["arguments"] == {"type": "object"}
-    anyone = ChatRequest([], tools=[WEATHER, TIME], tool_choice="required").answer_constraint()
+    anyone = ChatRequest(ASK, tools=[WEATHER, TIME], tool_choice="required").answer_constraint()
     assert [o["properties"]["name"] for o in anyone["json"]["anyOf"]] == [  # type: ignore[index]
         {"const": "get_weather"},
         {"const": "get_time"},
     ]
-    assert ChatRequest([], tools=[WEATHER], tool_choice="auto").answer_constraint() is None
-    assert ChatRequest([], tools=[WEATHER], tool_choice="none").offered_tools == []
+    assert ChatRequest(ASK, tools=[WEATHER], tool_choice="auto").answer_constraint() is None
+    assert ChatRequest(ASK, tools=[WEATHER], tool_choice="none").offered_tools == []
 
 
 def test_a_choice_naming_no_bound_tool_is_refused() -> None:
     with pytest.raises(ValueError, match=r"tool_choice 'get_tme' names no bound tool"):
-        ChatRequest([], tools=[WEATHER, TIME], tool_choice="get_tme")
+        ChatRequest(ASK, tools=[WEATHER, TIME], tool_choice="get_tme")
 
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -78,7 +79,7 @@ def tag_format(constraint: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def test_tools_with_a_response_format_let_the_model_call_a_tool_or_answer_in_that_format() -> None:
-    request = ChatRequest([], tools=[WEATHER, TIME], response_format=JsonSchemaFormat(ANSWER))
+    request = ChatRequest(ASK, tools=[WEATHER, TIME], response_format=JsonSchemaFormat(ANSWER))
     answer, calls = tag_format(request.answer_constraint())["elements"]
     assert answer["type"] == "json_schema" and answer["json_schema"] == ANSWER
     assert calls["type"] == "tags_with_separator" and calls["at_least_one"] is True
@@ -90,7 +91,7 @@ def test_tools_with_a_response_format_let_the_model_call_a_tool_or_answer_in_tha
 
 
 def test_only_a_strict_tool_s_call_arguments_are_held_to_its_parameters() -> None:
-    mixed = ChatRequest([], tools=[STRICT_WEATHER, TIME], response_format=JsonObjectFormat())
+    mixed = ChatRequest(ASK, tools=[STRICT_WEATHER, TIME], response_format=JsonObjectFormat())
     answer, calls = tag_format(mixed.answer_constraint())["elements"]
     assert answer["json_schema"] == {"type": "object"}
     strict, loose = calls["tags"][0]["content"]["json_schema"]["anyOf"]
@@ -99,7 +100,7 @@ def test_only_a_strict_tool_s_call_arguments_are_held_to_its_parameters() -> Non
 
 
 def test_strict_tools_alone_leave_the_text_free_and_constrain_each_call_block() -> None:
-    request = ChatRequest([], tools=[STRICT_WEATHER], parallel_tool_calls=False)
+    request = ChatRequest(ASK, tools=[STRICT_WEATHER], parallel_tool_calls=False)
     found = tag_format(request.answer_constraint())
     assert found["type"] == "triggered_tags" and found["triggers"] == ["<tool_call>"]
     assert found["stop_after_first"] is True  # one call: the answer ends with it
@@ -110,15 +111,15 @@ def test_strict_tools_alone_leave_the_text_free_and_constrain_each_call_block() 
 @pytest.mark.parametrize(
     ("request_", "expected"),
     [
-        (ChatRequest([], response_format=JsonSchemaFormat(ANSWER)), {"json": ANSWER}),
-        (ChatRequest([], response_format=JsonObjectFormat()), {"json_object": True}),
+        (ChatRequest(ASK, response_format=JsonSchemaFormat(ANSWER)), {"json": ANSWER}),
+        (ChatRequest(ASK, response_format=JsonObjectFormat()), {"json_object": True}),
         (
             ChatRequest(
-                [], tools=[WEATHER], tool_choice="none", response_format=JsonSchemaFormat(ANSWER)
+                ASK, tools=[WEATHER], tool_choice="none", response_format=JsonSchemaFormat(ANSWER)
             ),
             {"json": ANSWER},
         ),
-        (ChatRequest([], tools=[WEATHER]), None),
+        (ChatRequest(ASK, tools=[WEATHER]), None),
     ],
 )
 def test_without_tools_on_offer_a_response_format_is_forced_as_before(
@@ -129,7 +130,7 @@ def test_without_tools_on_offer_a_response_format_is_forced_as_before(
 
 def test_a_forced_call_stays_bare_json_whatever_the_response_format() -> None:
     request = ChatRequest(
-        [], tools=[WEATHER], tool_choice="required", response_format=JsonSchemaFormat(ANSWER)
+        ASK, tools=[WEATHER], tool_choice="required", response_format=JsonSchemaFormat(ANSWER)
     )
     constraint = request.answer_constraint()
     assert constraint is not None
@@ -142,3 +143,17 @@ def test_with_strict_marks_tools_without_changing_them_otherwise() -> None:
     assert marked["function"].pop("strict") is True
     assert marked == WEATHER
     assert "strict" not in WEATHER["function"]  # a copy
+
+
+def test_a_chat_with_no_messages_or_with_media_is_refused_with_its_place() -> None:
+    with pytest.raises(ValueError, match="the chat has no messages: give at least one"):
+        ChatRequest([])
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+    chat: list[dict[str, Any]] = [
+        *ASK,
+        {"role": "user", "content": [{"type": "text", "text": "and this?"}, image]},
+    ]
+    with pytest.raises(ValueError, match=r"messages\[1\]\.content\[1\] is of type 'image_url'"):
+        ChatRequest(chat)
+    text_parts = [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]
+    assert ChatRequest(text_parts).messages == text_parts

@@ -25,9 +25,8 @@ import pytest
 from relay_integrations.core import EndpointConfig, RelayConfig, SwitchPolicy
 from relay_integrations.server import RelayServer
 from relay_integrations.testing.capable_model import CAPABLE_CUES, capable
-from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM
+from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM, serving
 from tests.fakes.relay_http import ServedRelay, relay_http
-from tests.fakes.threaded import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -10,9 +10,10 @@ import pytest
 from langchain_core.messages import AIMessage
 from pydantic import ValidationError
 
+from relay_integrations.core import EndpointError, SwitchPolicy
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.testing.capable_model import capable_server, relay_fields
-from relay_integrations.testing.scripted_vllm import ScriptedVLLM
+from relay_integrations.testing.scripted_vllm import Fault, ScriptedVLLM
 
 
 @pytest.fixture
@@ -180,3 +181,22 @@ async def test_with_structured_output_takes_strict(server: ScriptedVLLM, method:
     assert await llm.ainvoke("Report the weather in Paris: 21 degrees.") == Weather(
         city="Paris", degrees=21
     )
+
+
+async def test_a_stream_broken_beyond_its_resumes_keeps_its_text_in_the_error(
+    server: ScriptedVLLM,
+) -> None:
+    """Through ``astream``: the error names the server and the fix, and ``partial`` holds the
+    reasoning the chunks carried (and any tail they had not yet)."""
+    server.models["large"].faults[:] = [Fault()] + [Fault(cut_after=3)] * 2
+    llm = model(server, policy=SwitchPolicy(max_resumes=1))
+    reasoning = ""
+    with pytest.raises(EndpointError) as caught:
+        async for chunk in llm.astream("What is 2 + 2?"):
+            reasoning += chunk.additional_kwargs.get("reasoning_content", "")
+    message = str(caught.value)
+    assert f"the stream from {server.base_url} broke after sending text, 2 times" in message
+    assert "(the request and 1 resume from the text so far" in message
+    partial = caught.value.partial
+    assert partial is not None and reasoning and partial.reasoning.startswith(reasoning.strip())
+    assert server.models["small"].requests  # a hand-off happened before the breaks

@@ -5,11 +5,14 @@ dropped leave the process's threads and file descriptors where they were."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
+import resource
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -20,8 +23,7 @@ from relay_integrations.core.settings import RelaySettings
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
 from relay_integrations.testing.capable_model import capable_server, relay_fields
-from relay_integrations.testing.scripted_vllm import ScriptedVLLM
-from tests.fakes.threaded import serving
+from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
 
 QUESTION = "What is 2 + 2?"
 
@@ -34,6 +36,25 @@ def server() -> Iterator[ScriptedVLLM]:
 
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
+
+
+def open_sockets() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # closed since it was listed
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+    return count
+
+
+@contextmanager
+def fd_limit(headroom: int) -> Iterator[None]:
+    """The process may open only `headroom` more files than it has open now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (open_fds() + headroom, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def settle(expected_fds: int, expected_threads: int, seconds: float = 10.0) -> tuple[int, int]:
@@ -158,3 +179,69 @@ async def test_aclose_and_async_with_close_the_connections(
             break
         await asyncio.sleep(0.02)
     assert open_fds() <= idle
+
+
+LOOPS = 300
+LOOP_HEADROOM = 64
+"""Files a model called on 300 event loops may open beyond those open before: two sockets a
+loop (one to each model) kept after each loop would need 600."""
+
+
+@pytest.mark.parametrize("adapter", [RelayChatModel, RelayLLM])
+def test_a_model_called_on_a_new_event_loop_each_time_keeps_no_sockets_per_loop(
+    server: ScriptedVLLM, adapter: type[RelaySettings]
+) -> None:
+    """``asyncio.run(model.ainvoke(...))`` again and again (scripts, notebooks, task queues):
+    each loop's connections close as the loop ends, so the count stays where it was."""
+    model = adapter(**relay_fields(server.base_url, max_tokens=64))
+    asyncio.run(ause(model))  # the server's window, learned once
+    before, counts = open_sockets(), []
+    with fd_limit(LOOP_HEADROOM):
+        for index in range(LOOPS):
+            assert asyncio.run(ause(model)) == "The answer is 4."
+            if index % 50 == 49:
+                counts.append(open_sockets() - before)
+    print(f"\n{adapter.__name__}: sockets beyond the {before} before, every 50 loops: {counts}")
+    assert max(counts) <= 4, counts  # a loop's two, and the server's ends closing behind
+
+
+def test_models_shared_by_threads_each_running_loops_keep_no_sockets_per_loop(
+    server: ScriptedVLLM,
+) -> None:
+    """Worker threads (Celery, a thread pool) each calling ``asyncio.run`` on shared models."""
+    fields: dict[str, Any] = relay_fields(server.base_url, max_tokens=64)
+    models: list[RelaySettings] = [RelayChatModel(**fields), RelayLLM(**fields)]
+    for model in models:
+        asyncio.run(ause(model))
+    threads, per_thread = 6, LOOPS // 6
+    failures: list[BaseException] = []
+
+    def work(model: RelaySettings) -> None:
+        try:
+            for _ in range(per_thread):
+                assert asyncio.run(ause(model)) == "The answer is 4."
+        except BaseException as failure:  # reported by the test's thread
+            failures.append(failure)
+
+    before = open_sockets()
+    with fd_limit(LOOP_HEADROOM):
+        workers = [
+            threading.Thread(target=work, args=(models[index % 2],)) for index in range(threads)
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    assert not failures, failures
+    after = settle_sockets(before)
+    print(f"\n{threads} threads x {per_thread} loops: sockets {before} -> {after}")
+    assert after <= before
+
+
+def settle_sockets(expected: int, seconds: float = 10.0) -> int:
+    """The open sockets once they fall to `expected` (the server closes its ends of closed
+    connections a moment later), or after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while (count := open_sockets()) > expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return count

@@ -14,20 +14,21 @@ from typing import Any
 import pytest
 from langchain.agents.structured_output import ProviderStrategy, ToolStrategy
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.rate_limiters import InMemoryRateLimiter
 from langchain_core.runnables import ConfigurableField
-from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.base.llms.types import ChatMessage, ImageBlock, TextBlock
 from pydantic import BaseModel
 
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
 from relay_integrations.testing.capable_model import capable_server, relay_fields
-from relay_integrations.testing.scripted_vllm import ScriptedVLLM
-from tests.fakes.threaded import serving
+from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
 
 QUESTION = "What is 2 + 2?"
 ANSWER = "The answer is 4."
+IMAGE_URL = "https://example.com/chart.png"
+IMAGE: dict[str, Any] = {"type": "image_url", "image_url": {"url": IMAGE_URL}}
 
 
 @dataclass(frozen=True)
@@ -560,6 +561,28 @@ LANGCHAIN: list[Habit] = [
         every_body(temperature=0.1),
     ),
     Habit("get_num_tokens(text)", {}, lambda m: m.get_num_tokens(QUESTION), positive),
+    # input the two text models cannot take, refused before any request
+    Habit(
+        "an image block in a HumanMessage",
+        {},
+        lambda m: m.invoke([HumanMessage(content=[{"type": "text", "text": QUESTION}, IMAGE])]),
+        Refused(ValueError, r"messages\[0\]\.content\[1\] is of type 'image_url'.*text only"),
+    ),
+    Habit(
+        "invoke([])", {}, lambda m: m.invoke([]), Refused(ValueError, "the chat has no messages")
+    ),
+    Habit(
+        "stream([])",
+        {},
+        lambda m: list(m.stream([])),
+        Refused(ValueError, "the chat has no messages"),
+    ),
+    Habit(
+        "large_url= without http://",
+        {"large_url": "127.0.0.1:8000/v1"},
+        invoke(),
+        Refused(ValueError, "has no scheme: write 'http://127.0.0.1:8000/v1'"),
+    ),
 ]
 
 
@@ -679,6 +702,34 @@ LLAMA_INDEX: list[Habit] = [
         lambda llm: llm.chat_with_tools([_weather_tool()], WEATHER),
         strict_call_grammar,
     ),
+    Habit(
+        "an ImageBlock in a ChatMessage",
+        {},
+        lambda llm: llm.chat(
+            [
+                ChatMessage(
+                    role="user",
+                    blocks=[TextBlock(text=QUESTION), ImageBlock(url=IMAGE_URL)],
+                )
+            ]
+        ),
+        Refused(ValueError, r"RelayLLM serves text models; a message holds \['image'\] blocks"),
+    ),
+    Habit(
+        "chat([])", {}, lambda llm: llm.chat([]), Refused(ValueError, "the chat has no messages")
+    ),
+    Habit(
+        "stream_chat([])",
+        {},
+        lambda llm: list(llm.stream_chat([])),
+        Refused(ValueError, "the chat has no messages"),
+    ),
+    Habit(
+        "small_url= without http://",
+        {"small_url": "localhost:8001/v1"},
+        chat(),
+        Refused(ValueError, "has no scheme: write 'http://localhost:8001/v1'"),
+    ),
 ]
 
 
@@ -704,6 +755,7 @@ def run_habit(adapter: type[Any], habit: Habit, server: ScriptedVLLM) -> Any:
     for model in server.models.values():
         model.requests.clear()
         model.headers.clear()
+        model.renders = 0
     return habit.action(adapter(**{**relay_fields(server.base_url), **habit.fields}))
 
 
@@ -711,7 +763,8 @@ def check_habit(adapter: type[Any], habit: Habit, server: ScriptedVLLM) -> None:
     if isinstance(habit.outcome, Refused):
         with pytest.raises(habit.outcome.error, match=habit.outcome.pattern):
             run_habit(adapter, habit, server)
-        assert not bodies(server), "refused, yet a request went upstream"
+        renders = sum(model.renders for model in server.models.values())
+        assert not bodies(server) and not renders, "refused, yet a request went upstream"
     else:
         habit.outcome(run_habit(adapter, habit, server), server)
 

@@ -34,10 +34,9 @@ from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.server.fields import IGNORED_FIELDS, OFF_VALUES, REFUSED
 from relay_integrations.server.protocol import MAX_JSON_DEPTH, ChatCompletionRequest
 from relay_integrations.testing.capable_model import capable_relay_config, capable_server
-from relay_integrations.testing.scripted_vllm import ScriptedVLLM
+from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
 from tests.fakes.relay_http import ServedRelay, eventually, relay_http
 from tests.fakes.tcp_table import established
-from tests.fakes.threaded import serving
 
 SCALE = float(os.environ.get("RELAY_FUZZ_SCALE", "1"))
 EXAMPLES = {  # generated requests per property (the valid ones cost most)

@@ -19,8 +19,7 @@ import httpx
 import pytest
 
 from relay_integrations.testing.capable_model import CAPABLE_CUES, capable_server
-from relay_integrations.testing.scripted_vllm import ScriptedVLLM
-from tests.fakes.threaded import serving
+from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
 
 QUESTION = {"role": "user", "content": "What is 7 * 6?"}
 EXITED_ON_SIGTERM = (0, -signal.SIGTERM)  # uvicorn re-raises the signal after its shutdown

@@ -179,6 +179,33 @@ async def test_large_endpoint_failing_raises_with_partial_text() -> None:
     assert caught.value.partial.text == "<think>\nLet me see. Therefore, the sum is 4."
 
 
+async def test_a_stream_broken_beyond_its_resumes_names_the_url_and_keeps_the_text() -> None:
+    """The large model's stream cut after a few tokens, again and again: after the resumes the
+    policy allows, the error names the server, the attempts and what to check, and the text
+    written so far (including what the stream had not released yet) is in ``partial``."""
+    large = ScriptedModel("large", TRACE, faults=[Fault()] + [Fault(cut_after=3)] * 3)
+    small = ScriptedModel("small", TRACE)
+    async with ScriptedVLLM(large, small) as server:
+        relay = RelaySwitcher(make_config(server, max_resumes=2, cooldown_tokens=0))
+        streamed: list[str] = []
+        with pytest.raises(EndpointError) as caught:
+            async for event in relay.stream(MESSAGES):
+                if isinstance(event, TextDelta):
+                    streamed.append(event.text)
+        await relay.aclose()
+    message = str(caught.value)
+    assert message.startswith(f"large endpoint: the stream from {server.base_url} broke")
+    assert "3 times in one turn (the request and 2 resumes from the text so far" in message
+    assert "Check the large vLLM server's log" in message and "max_resumes" in message
+    partial = caught.value.partial
+    assert partial is not None and partial.finish_reason == "error"
+    # the first turn, the small model's sentence, then 3 x 3 tokens of the large model's second
+    assert partial.text.startswith("<think>\nLet me see. Therefore, the sum is 4.")
+    assert TRACE.startswith(partial.text) and len(partial.text) > len("".join(streamed)) > 0
+    assert partial.reasoning.startswith("".join(streamed).strip())
+    assert caught.value.kind == "failed"  # relaygen serve answers 502
+
+
 async def test_budget_is_shared_by_all_segments() -> None:
     large, small = ScriptedModel("large", TRACE), ScriptedModel("small", TRACE)
     async with ScriptedVLLM(large, small) as server:
