@@ -1,11 +1,11 @@
-"""``python -m benchmarks switcher | server-load | tiny-servers [options]`` (see the package)."""
+"""``python -m benchmarks switcher | server-load | tiny-servers | gpu-speed [options]`` (see the package)."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
 
-USAGE = "usage: python -m benchmarks {switcher,server-load,tiny-servers} [options] (--help each)"
+USAGE = "usage: python -m benchmarks {switcher,server-load,tiny-servers,gpu-speed} [options] (--help each)"
 
 
 def _switcher(argv: Sequence[str]) -> int:
@@ -20,6 +20,12 @@ def _server_load(argv: Sequence[str]) -> int:
     return main(argv)
 
 
+def _gpu_speed(argv: Sequence[str]) -> int:
+    from .gpu_speed.cli import main
+
+    return main(argv)
+
+
 def _tiny_servers(argv: Sequence[str]) -> int:
     from .tiny_servers import main
 
@@ -30,6 +36,7 @@ BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {
     "switcher": _switcher,
     "server-load": _server_load,
     "tiny-servers": _tiny_servers,
+    "gpu-speed": _gpu_speed,
 }
 
 

@@ -49,7 +49,12 @@ def start(
     """Run the upstream in its own process; its process and base URL, once it listens (its
     stderr goes to `log`)."""
     command = [sys.executable, "-m", "benchmarks.upstream", "--token-delay", str(token_delay)]
-    command += ["--memory", str(memory)]
+    return launch([*command, "--memory", str(memory)], log)
+
+
+def launch(command: list[str], log: IO[bytes]) -> tuple[subprocess.Popen[bytes], str]:
+    """Run an upstream `command` that prints its base URL once it listens; its process and
+    that URL (its stderr goes to `log`)."""
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log)
     assert proc.stdout is not None
     line = proc.stdout.readline().decode().strip()  # the base URL, once it listens

@@ -117,9 +117,11 @@ class RelayServer:
                 }
             },
         )
+        watch = asyncio.get_running_loop().create_task(self.metrics.watch_event_loop())
         try:
             yield
         finally:
+            watch.cancel()
             await self._switcher.aclose()
             self._switcher = None
 

@@ -7,6 +7,8 @@ body, content_type = metrics.render()  # GET /metrics
 
 from __future__ import annotations
 
+import asyncio
+
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -20,6 +22,9 @@ from ..core.result import RelayResult
 
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 3600)
 _SHARES = tuple(i / 10 for i in range(1, 11))
+_LAG_SECONDS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5)
+LOOP_LAG_INTERVAL = 0.05
+"""Seconds between two readings of the event loop's lag."""
 
 
 class RelayMetrics:
@@ -90,6 +95,21 @@ class RelayMetrics:
         self.inflight = Gauge(
             "relay_inflight_generations", "Generations being written now", registry=r
         )
+        self.loop_lag = Histogram(
+            "relay_event_loop_lag_seconds",
+            f"How late a timer wakes up on the server's event loop (one every "
+            f"{LOOP_LAG_INTERVAL:g} s): a busy loop delays every stream it serves",
+            buckets=_LAG_SECONDS,
+            registry=r,
+        )
+
+    async def watch_event_loop(self) -> None:
+        """Observe the event loop's lag until cancelled (a task of the server's lifespan)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await asyncio.sleep(LOOP_LAG_INTERVAL)
+            self.loop_lag.observe(max(loop.time() - started - LOOP_LAG_INTERVAL, 0.0))
 
     def observe(self, result: RelayResult) -> None:
         """Record a finished (or partial) generation."""

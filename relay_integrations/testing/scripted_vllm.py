@@ -66,7 +66,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from .gpu_speed import Engine, EngineRequest, LatencyModel
 from .qwen3_template import ASSISTANT, THINKING_OFF, render_chat, tokenize
+
+CACHE_BLOCK = 16
+"""Tokens in one block of the scripted prefix cache (vLLM's GPU block size)."""
 
 
 @dataclass
@@ -85,14 +89,17 @@ class ScriptedModel:
 
     ``trace``: the text it writes (continued from wherever the prompt's generation has got
     to); ``respond(prompt, body)`` replaces it (:func:`.capable_model.capable`).
-    ``token_delay``: seconds per token, its stop token included. ``tokens_per_chunk``: tokens a
-    streamed chunk carries (vLLM merges the tokens of the steps a slow client has not read yet
-    into one chunk). ``max_stop_strings``: vLLM's
+    ``token_delay``: seconds per token, its stop token included; ``latency`` instead: the
+    model's measured step times (:class:`.gpu_speed.LatencyModel`), run with continuous
+    batching over all its requests (:class:`.gpu_speed.Engine`), its uncached prompt tokens
+    costing their append time. ``tokens_per_chunk``: tokens a streamed chunk carries (vLLM
+    merges the tokens of the steps a slow client has not read yet into one chunk; with
+    ``latency`` it does so too). ``max_stop_strings``: vLLM's
     ``VLLM_MAX_STOP_STRINGS`` (4 by default there; None: no cap). ``faults``: what the next
     requests get instead (:class:`Fault`). ``requests``, ``headers``: every request's body and
-    headers, for tests to read; ``memory`` keeps only the last that many of them and of the
-    prompts it remembers for its cached tokens (None: all), so that a long benchmark run does
-    not slow it down as it goes.
+    headers, for tests to read; ``memory`` keeps only the last that many of them (None: all),
+    so that a long benchmark run does not grow. Cached tokens are counted as vLLM's prefix
+    cache would serve them, from every prompt and output seen (blocks of 16 tokens).
     """
 
     name: str
@@ -110,7 +117,8 @@ class ScriptedModel:
     active: int = 0
     peak_active: int = 0
     cut_short: int = 0  # streams the client closed before their end
-    _seen_prompts: list[list[str]] = field(default_factory=list)
+    latency: LatencyModel | None = None
+    _cached_blocks: set[int] = field(default_factory=set)
 
     def continuation(self, prompt: str, body: dict[str, Any]) -> str:
         """The rest of the output after `prompt` (rendered chat + generation so far)."""
@@ -121,18 +129,26 @@ class ScriptedModel:
         assert self.trace.startswith(generated), (generated, self.trace)
         return self.trace[len(generated) :]
 
-    def cached_tokens(self, prompt_tokens: list[str], block: int = 16) -> int:
-        best = 0
-        for seen in self._seen_prompts:
-            n = 0
-            for a, b in zip(seen, prompt_tokens, strict=False):
-                if a != b:
-                    break
-                n += 1
-            best = max(best, n // block * block)
-        self._seen_prompts.append(prompt_tokens)
-        self._forget()
-        return min(best, max(len(prompt_tokens) - 1, 0) // block * block)
+    def cached_tokens(self, prompt_tokens: list[str]) -> int:
+        """The prompt tokens vLLM's prefix cache would serve: the whole blocks of the longest
+        prefix of a sequence seen before (a prompt and what was written after it), short of
+        the last token, which is always computed. The prompt is remembered."""
+        cached, key = 0, 0
+        for start in range(0, (len(prompt_tokens) - 1) // CACHE_BLOCK * CACHE_BLOCK, CACHE_BLOCK):
+            key = hash((key, *prompt_tokens[start : start + CACHE_BLOCK]))
+            if key not in self._cached_blocks:
+                break
+            cached += CACHE_BLOCK
+        self.remember(prompt_tokens)
+        return cached
+
+    def remember(self, tokens: list[str]) -> None:
+        """Put the whole blocks of `tokens` in the prefix cache (as vLLM caches a request's
+        prompt and output)."""
+        key = 0
+        for start in range(0, len(tokens) // CACHE_BLOCK * CACHE_BLOCK, CACHE_BLOCK):
+            key = hash((key, *tokens[start : start + CACHE_BLOCK]))
+            self._cached_blocks.add(key)
 
     def record(self, body: dict[str, Any], headers: dict[str, str]) -> None:
         """Remember a request (its body and headers), within ``memory``."""
@@ -140,9 +156,15 @@ class ScriptedModel:
         self.headers.append(headers)
         self._forget()
 
+    def forget(self) -> None:
+        """Forget every request, header and cached block (what a long test keeps)."""
+        self.requests.clear()
+        self.headers.clear()
+        self._cached_blocks.clear()
+
     def _forget(self) -> None:
         if self.memory is not None:
-            for remembered in (self.requests, self.headers, self._seen_prompts):
+            for remembered in (self.requests, self.headers):
                 del remembered[: max(len(remembered) - self.memory, 0)]
 
 
@@ -168,6 +190,8 @@ class ScriptedVLLM:
         self._sock = sock
         self._server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off"))
         self._task: asyncio.Task[None] | None = None
+        self.engines: dict[str, Engine] = {}
+        """The engines of the models with a latency model (their steps and lag, for reports)."""
 
     @property
     def base_url(self) -> str:
@@ -183,6 +207,17 @@ class ScriptedVLLM:
         self._server.should_exit = True
         if self._task is not None:
             await self._task
+        for engine in self.engines.values():
+            await engine.aclose()
+
+    def _engine_request(self, model: ScriptedModel, uncached: int) -> EngineRequest | None:
+        """The request's place in its model's engine (None without a latency model)."""
+        if model.latency is None:
+            return None
+        engine = self.engines.get(model.name)
+        if engine is None:
+            engine = self.engines[model.name] = Engine(model.latency)
+        return engine.admit(uncached)
 
     def _ids(self, tokens: list[str]) -> list[int]:
         for t in tokens:
@@ -267,31 +302,45 @@ class ScriptedVLLM:
         stops = body.get("stop") or []
         include = body.get("include_stop_str_in_output", False)
         text, n = "", 0
-        for token in tokenize(model.continuation(body["prompt"], body)):
-            if n == body.get("max_tokens"):
-                outcome.finish = "length"
-                break
-            if fault.cut_after is not None and n == fault.cut_after:
-                raise ConnectionResetError("injected cut")
-            n += 1
-            outcome.generated = n
-            if model.token_delay:  # a decoding step, the one that writes a stop string too
-                await asyncio.sleep(model.token_delay)
-            before = len(text)
-            text += token
-            hit = None
-            if n > body.get("min_tokens", 0):
-                for stop in stops:
-                    at = text.find(stop, max(before - len(stop) + 1, 0))
-                    if at != -1:
-                        hit = (at, stop)
-                        break
-            if hit is not None:
-                at, outcome.stop_reason = hit
-                end = at + len(outcome.stop_reason) if include else at
-                yield text[before:end] if end > before else ""
-                break
-            yield token
+        written: list[str] = []
+        steps = self._engine_request(model, len(prompt_tokens) - cached)
+        continuation = tokenize(model.continuation(body["prompt"], body))
+        try:
+            for index, token in enumerate(continuation):
+                if n == body.get("max_tokens"):
+                    outcome.finish = "length"
+                    break
+                if fault.cut_after is not None and n == fault.cut_after:
+                    raise ConnectionResetError("injected cut")
+                n += 1
+                outcome.generated = n
+                before = len(text)
+                text += token
+                hit = None
+                if n > body.get("min_tokens", 0):
+                    for stop in stops:
+                        at = text.find(stop, max(before - len(stop) + 1, 0))
+                        if at != -1:
+                            hit = (at, stop)
+                            break
+                # the decoding step of this token, the one that writes a stop string too
+                if steps is not None:
+                    last = hit is not None or n == body.get("max_tokens")
+                    last = last or index == len(continuation) - 1
+                    outcome.backlog = await steps.take_token(last)
+                elif model.token_delay:
+                    await asyncio.sleep(model.token_delay)
+                written.append(token)
+                if hit is not None:
+                    at, outcome.stop_reason = hit
+                    end = at + len(outcome.stop_reason) if include else at
+                    yield text[before:end] if end > before else ""
+                    break
+                yield token
+        finally:
+            if steps is not None:
+                Engine.close(steps)
+        model.remember(prompt_tokens + written)
         outcome.usage = {
             "prompt_tokens": len(prompt_tokens),
             "completion_tokens": n,
@@ -318,7 +367,7 @@ class ScriptedVLLM:
             merged, tokens = "", 0
             async for piece in self._generate(model, body, fault, outcome):
                 merged, tokens = merged + piece, tokens + 1
-                if tokens % model.tokens_per_chunk == 0:
+                if tokens % model.tokens_per_chunk == 0 and not outcome.backlog:
                     yield chunk(merged)
                     merged = ""
             if merged:
@@ -378,6 +427,7 @@ class _Outcome:
     usage: dict[str, Any] = field(default_factory=dict)
     prompt_tokens: int = 0
     generated: int = 0
+    backlog: bool = False  # more tokens written than streamed: merge them into one chunk
 
     def so_far(self) -> dict[str, int]:
         """vLLM's ``continuous_usage_stats`` usage of a chunk: the tokens up to it."""

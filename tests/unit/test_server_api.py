@@ -437,6 +437,17 @@ def test_metrics_count_requests_tokens_switches_and_generations(upstream: Script
     assert value("relay_rejected_total") == 0
 
 
+def test_metrics_watch_the_event_loop_while_the_server_runs(upstream: ScriptedVLLM) -> None:
+    with relay_http(RelayServer(relay_config(upstream.base_url))) as served:
+        assert eventually(
+            lambda: (metric(served.url, "relay_event_loop_lag_seconds_count") or 0) >= 3
+        )
+        samples = metric_samples(served.url)
+    count = samples[("relay_event_loop_lag_seconds_count", frozenset())]
+    total = samples[("relay_event_loop_lag_seconds_sum", frozenset())]
+    assert 0 <= total / count < 1.0  # the mean lateness of an idle loop's timer, in seconds
+
+
 # --- API keys -------------------------------------------------------------------------------
 
 

@@ -97,9 +97,7 @@ class Fuzzed:
         """Drop what the scripted upstream keeps of each request (its memory is not the
         relay's); the render counts stay."""
         for model in self.upstream.models.values():
-            model.requests.clear()
-            model.headers.clear()
-            model._seen_prompts.clear()
+            model.forget()
 
     def send(self, prop: str, body: bytes, *, refused: bool | None = None) -> httpx.Response:
         """POST `body`; `refused`: True when it must be a 4xx, False when it must be a 200."""
