@@ -13,10 +13,10 @@ from typing import Literal
 import httpx
 
 from relay_integrations.core import EndpointConfig, RelayConfig, RelaySwitcher, SwitchPolicy
-from relay_integrations.core.client_shards import DEFAULT_SHARD_SIZE, ClientShards
 from relay_integrations.jobs.progress import Progress
 
 from ..proc import memory_mb
+from .client_shards import DEFAULT_SHARD_SIZE, ClientShards
 from .figures import (
     CpuFigures,
     Figures,

@@ -1,4 +1,4 @@
-"""One upstream vLLM server: reused ``openai.AsyncOpenAI`` clients, retries, concurrency.
+"""One upstream vLLM server: its kept-alive connections (:mod:`.wire`), retries, concurrency.
 
 Requests that fail before their first token (refused connection, 408/409/429, 5xx) are retried
 with exponential backoff, honouring ``Retry-After``. A stream that breaks after it has produced
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import http.cookiejar
 import json
 import logging
 import re
 import time
+import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -31,7 +31,6 @@ import openai
 from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from .client_shards import ClientShards
 from .completion import CompletionRequest as CompletionRequest
 from .completion import StreamPiece as StreamPiece
 from .config import EndpointConfig, ModelRole
@@ -39,6 +38,7 @@ from .errors import RelayError, UpstreamKind
 from .observer import RequestObserver
 from .stream_stops import StreamStops
 from .upstream_errors import Tries, explain_failure
+from .wire import WireClient, WireResponse
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -97,62 +97,49 @@ class Endpoint:
         self.role: ModelRole = role
         self.observer = observer
         """Sees every streamed request (:class:`RequestObserver`): tracing, benchmarks."""
-        self._clients = ClientShards(self._make_client)
+        self._wire = _wire_client(config)
+        self._api_path = urllib.parse.urlsplit(config.base_url).path.rstrip("/")
+        self._root_path = urllib.parse.urlsplit(config.server_root).path.rstrip("/")
         self._slots = asyncio.Semaphore(config.max_concurrency)
         self._model_info: ModelInfo | None = None
         self.stop_limit: int | None = config.max_stop_strings
         """Stop strings the server takes per request: configured, or learned from its first
         refusal of a longer list; None while unknown (all are sent)."""
 
-    def _make_client(self) -> openai.AsyncOpenAI:
-        config = self.config
-        return openai.AsyncOpenAI(
-            base_url=config.base_url,
-            api_key=config.api_key.get_secret_value() if config.api_key else "EMPTY",
-            timeout=openai.Timeout(config.read_timeout, connect=config.connect_timeout),
-            max_retries=0,  # retries are ours: only before the first token, see _retrying
-            default_headers=config.extra_headers,
-            # No cookies: a cookie-affinity router would pin every later generation of this
-            # process to the vLLM replica that set it; the session header routes instead.
-            http_client=openai.DefaultAsyncHttpxClient(cookies=_refusing_cookie_jar()),
-        )
-
     async def aclose(self) -> None:
-        await self._clients.aclose()
+        await self._wire.aclose()
 
     async def model_info(self) -> ModelInfo:
         """The served model's record from ``/v1/models`` (fetched once, then cached)."""
         if self._model_info is None:
-            page = await self._with_retries(self._list_models)
-            for model in page.data:
-                if model.id == self.config.model:
-                    extra = model.model_extra or {}
-                    self._model_info = ModelInfo(
-                        id=model.id,
-                        root=extra.get("root"),
-                        max_model_len=extra.get("max_model_len"),
-                    )
+            page = await self._with_retries(lambda: self._json("GET", self._api_path + "/models"))
+            served = [m for m in page.get("data") or [] if isinstance(m, dict)]
+            for model in served:
+                if model.get("id") == self.config.model:
+                    self._model_info = ModelInfo.model_validate(model, strict=False)
                     break
             else:
-                served = [m.id for m in page.data]
                 raise RelayError(
                     f"{self.role} endpoint {self.config.base_url} does not serve model "
-                    f"{self.config.model!r}; it serves {served}"
+                    f"{self.config.model!r}; it serves {[m.get('id') for m in served]}"
                 )
         return self._model_info
 
     async def post_json(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST to a path at the server root (``/tokenize``, ``/detokenize``), with retries."""
-        url = self.config.server_root + path
-
-        async def post() -> object:
-            async with self._slots, self._clients.lease() as client:
-                return await client.post(url, body=dict(body), cast_to=object)
-
-        data = await self._with_retries(post)
+        data = await self._with_retries(lambda: self._json("POST", self._root_path + path, body))
         if not isinstance(data, dict):
+            url = self.config.server_root + path
             raise RelayError(f"{self.role} endpoint {url} answered {type(data).__name__}, not JSON")
         return data
+
+    async def _json(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
+        async with self._slots:
+            response = await self._wire.request(method, path, dict(body) if body else None)
+            try:
+                return await response.json()
+            finally:
+                await response.close()
 
     async def stream_completion(
         self, request: CompletionRequest
@@ -168,9 +155,8 @@ class Endpoint:
         if observer is not None:
             await observer.opened(self, request)
         try:
-            async with self._slots, self._clients.lease() as client:
-                opened = await self._with_retries(lambda: self._open(client, request))
-                response, pieces, piece = opened
+            async with self._slots:
+                response, pieces, piece = await self._with_retries(lambda: self._open(request))
                 overflow = request.stop[self.stop_limit :] if self._overflows(request) else ()
                 watch = StreamStops(overflow) if overflow else None
                 received, so_far, counted = "", StreamPiece(), False
@@ -228,42 +214,32 @@ class Endpoint:
             raise UpstreamFailure(self.role, final, detail) from final
         raise AssertionError("unreachable: tenacity either returns or raises")
 
-    async def _list_models(self) -> Any:
-        async with self._clients.lease() as client:
-            return await client.models.list()
-
     async def _open(
-        self, client: openai.AsyncOpenAI, request: CompletionRequest
-    ) -> tuple[openai.AsyncAPIResponse[Any], AsyncIterator[StreamPiece], StreamPiece | None]:
-        """Open the stream and read its first piece (what a retry may repeat).
-
-        The server-sent events are parsed here, one ``json.loads`` a chunk: the SDK's own
-        stream builds a typed object per chunk, which was a quarter of the relay's CPU time.
-        """
-        extra_body: dict[str, Any] = {
+        self, request: CompletionRequest
+    ) -> tuple[WireResponse, AsyncIterator[StreamPiece], StreamPiece | None]:
+        """Open the stream and read its first piece (what a retry may repeat)."""
+        stops = list(request.stop[: self.stop_limit])  # the first ones: the relay orders them
+        body: dict[str, Any] = {
+            "model": self.config.model,
+            "prompt": request.prompt,
+            "max_tokens": request.max_tokens,
+            "stream": True,
+            **({"stop": stops} if stops else {}),
             **self.config.extra_body,
             "include_stop_str_in_output": True,
             "add_special_tokens": False,  # the rendered prompt has BOS if the model wants one
             **request.sampling,
             **request.extra_body,
+            # vLLM's own field: every chunk carries the usage so far. A chunk may hold several
+            # tokens (vLLM merges what the client has not read yet), so only this counts them
+            # exactly while the request runs; and a request closed at a stop string found in
+            # the stream gets no final usage chunk.
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         }
-        # vLLM's own field: every chunk carries the usage so far. A chunk may hold several
-        # tokens (vLLM merges what the client has not read yet), so only this counts them
-        # exactly while the request runs; and a request closed at a stop string found in the
-        # stream gets no final usage chunk.
-        extra_body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
-        stops = list(request.stop[: self.stop_limit])  # the first ones: the relay orders them
-        opening = client.completions.with_streaming_response.create(
-            model=self.config.model,
-            prompt=request.prompt,
-            max_tokens=request.max_tokens,
-            stop=stops or None,
-            stream=True,
-            extra_body=extra_body,
-            extra_headers=dict(request.headers),
-        )
         try:
-            response = await opening.__aenter__()
+            response = await self._wire.request(
+                "POST", self._api_path + "/completions", body, request.headers
+            )
         except openai.BadRequestError as refused:
             limit = _stop_limit(refused)
             if limit is None or limit >= len(stops):
@@ -276,8 +252,8 @@ class Endpoint:
                 self.config.base_url,
                 limit,
             )
-            return await self._open(client, request)
-        pieces = _server_sent_pieces(response.iter_lines())
+            return await self._open(request)
+        pieces = _server_sent_pieces(response.events())
         try:
             return response, pieces, await anext(pieces, None)
         except UpstreamErrorEvent:
@@ -285,7 +261,7 @@ class Endpoint:
             raise
         except Exception as broken:  # before any text: a lost connection, retried as one
             await response.close()
-            raise _connection_error(broken, response.http_request) from broken
+            raise _connection_error(broken, response.request) from broken
         except BaseException:
             await response.close()
             raise
@@ -299,8 +275,19 @@ class Endpoint:
         )
 
 
-def _refusing_cookie_jar() -> http.cookiejar.CookieJar:
-    return http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+def _wire_client(config: EndpointConfig) -> WireClient:
+    """The server's connections: its key and headers on every request. No cookies are kept:
+    a cookie-affinity router would pin every later generation of this process to the vLLM
+    replica that set one; the session header routes instead."""
+    headers = {"user-agent": "relay-integrations"}
+    if config.api_key is not None:
+        headers["authorization"] = f"Bearer {config.api_key.get_secret_value()}"
+    return WireClient(
+        config.base_url,
+        {**headers, **config.extra_headers},
+        config.connect_timeout,
+        config.read_timeout,
+    )
 
 
 def _connection_error(cause: Exception, request: Any) -> openai.APIConnectionError:
@@ -315,19 +302,17 @@ class UpstreamErrorEvent(RelayError):
     """The server sent an error event (or something unreadable) instead of the next chunk."""
 
 
-async def _server_sent_pieces(lines: AsyncIterator[str]) -> AsyncIterator[StreamPiece]:
+async def _server_sent_pieces(events: AsyncIterator[bytes]) -> AsyncIterator[StreamPiece]:
     """The pieces of a ``/v1/completions`` event stream, up to ``[DONE]``.
 
-    The body is read to its end after ``[DONE]`` (as the openai SDK's own stream does): a
-    response closed before its end closes its connection too, and every request would then
-    open a new one.
+    The body is read to its end after ``[DONE]``: a response closed before its end closes its
+    connection too, and every request would then open a new one.
     """
     done = False
-    async for line in lines:
-        if done or not line.startswith("data:"):
-            continue  # blank separators, comments, other fields
-        data = line[5:].strip()
-        if data == "[DONE]":
+    async for data in events:
+        if done:
+            continue
+        if data == b"[DONE]":
             done = True
             continue
         try:

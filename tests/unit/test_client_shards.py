@@ -6,7 +6,7 @@ from contextlib import AsyncExitStack
 
 import pytest
 
-from relay_integrations.core.client_shards import ClientShards
+from benchmarks.server_load.client_shards import ClientShards
 
 
 class Client:
