@@ -36,7 +36,12 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         required=True,
         help="JSON Lines: 'text' (whole traces) or 'solution' and 'answer' (MATH-500)",
     )
-    parser.add_argument("--trace-count", type=int, default=40, help="traces used, in file order")
+    parser.add_argument(
+        "--trace-count",
+        type=int,
+        default=8,
+        help="traces used, in file order (generation g writes trace g mod this: every level the same mix)",
+    )
     parser.add_argument("--min-tokens", type=int, default=150, help="shortest trace used")
     parser.add_argument("--figures", type=Path, default=FIGURES, help="step times (H200 shape)")
     parser.add_argument("--large-model", default="qwen3-32b", help="the figures' large model")

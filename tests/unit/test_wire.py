@@ -183,7 +183,7 @@ async def test_requests_go_through_the_http_proxy_of_the_environment(
         await writer.drain()
 
     async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        line, headers, body = await read_request(reader)
+        line, _, body = await read_request(reader)
         targets.append(line)
         method, url, version = line.split(" ")
         host, port = url.split("/")[2].split(":")

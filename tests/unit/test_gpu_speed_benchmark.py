@@ -1,0 +1,40 @@
+"""``python -m benchmarks gpu-speed`` end to end, at its smallest: two short traces, two
+generations at once, every approach (its upstream processes and ``relaygen serve`` too)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from relay_integrations.testing.qwen3_template import tokenize
+
+TRACE = (
+    "<think>\nLet me see what is asked. Therefore, the sum is four. Now we check it once "
+    "more. It is right.\n</think>\n\nThe answer is 4."
+)
+
+
+def test_the_benchmark_prints_its_table_and_writes_its_figures(tmp_path: Path) -> None:
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text("".join(json.dumps({"problem": q, "text": TRACE}) + "\n" for q in "ab"))
+    out = tmp_path / "figures.json"
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks", "gpu-speed", "--traces", str(traces)),
+            *("--trace-count", "2", "--min-tokens", "10", "--concurrency", "2"),
+            *("--generations", "2", "--json", str(out)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert "| 2 |" in done.stdout and "relay / ideal" in done.stdout
+    level = json.loads(out.read_text())["levels"][0]
+    assert level["concurrency"] == 2 and level["switches"] == 1.0  # at "Therefore,"
+    # the large model alone keeps to its model: prefill and a 22 ms step a token, within 5%
+    assert 0.95 < level["large_alone_over_ideal"] < 1.05
+    assert level["large_alone_s"] > len(tokenize(TRACE)) * 0.0218
+    assert 0.9 < level["relay_over_ideal"] < 1.5 and level["serve_s"] > 0
