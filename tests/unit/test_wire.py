@@ -44,7 +44,9 @@ def chunked(*parts: bytes) -> bytes:
 
 
 EVENTS = chunked(b'data: {"a": 1}\n\n', b'data: {"a": 2}\n\ndata: [DO', b"NE]\n\n")
-STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+)
 
 
 def client(origin: str, read_timeout: float = 5.0) -> WireClient:
@@ -146,7 +148,10 @@ async def test_an_error_status_is_the_sdks_error_with_the_servers_message() -> N
 
 
 async def test_a_refused_connection_is_the_sdks_connection_error_caused_by_it() -> None:
-    async with serving(read_request) as origin:  # a free port, closed again
+    async def nothing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    async with serving(nothing) as origin:  # a free port, closed again
         pass
     wire = client(origin)
     with pytest.raises(openai.APIConnectionError) as failed:
@@ -189,7 +194,9 @@ async def test_requests_go_through_the_http_proxy_of_the_environment(
         host, port = url.split("/")[2].split(":")
         up_reader, up_writer = await asyncio.open_connection(host, int(port))
         path = "/" + url.split("/", 3)[3]
-        up_writer.write(f"{method} {path} {version}\r\ncontent-length: {len(body)}\r\n\r\n".encode())
+        up_writer.write(
+            f"{method} {path} {version}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+        )
         up_writer.write(body)
         writer.write(await up_reader.read(1000))
         await writer.drain()
