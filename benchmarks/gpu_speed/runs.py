@@ -38,6 +38,7 @@ from relay_integrations.core import (
 )
 from relay_integrations.core.config import ModelRole
 from relay_integrations.core.endpoint import CompletionRequest, Endpoint
+from relay_integrations.server.metrics import watch_loop_lag
 from relay_integrations.testing.qwen3_template import render_chat, tokenize
 
 from . import upstream
@@ -107,19 +108,13 @@ class LoopLag:
         self._task: asyncio.Task[None] | None = None
 
     def __enter__(self) -> LoopLag:
-        self._task = asyncio.get_running_loop().create_task(self._tick())
+        watch = watch_loop_lag(lambda late: self.readings.append(late * 1e3), LAG_INTERVAL)
+        self._task = asyncio.get_running_loop().create_task(watch)
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._task is not None:
             self._task.cancel()
-
-    async def _tick(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            started = loop.time()
-            await asyncio.sleep(LAG_INTERVAL)
-            self.readings.append((loop.time() - started - LAG_INTERVAL) * 1e3)
 
 
 @contextmanager

@@ -8,6 +8,7 @@ body, content_type = metrics.render()  # GET /metrics
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -105,11 +106,7 @@ class RelayMetrics:
 
     async def watch_event_loop(self) -> None:
         """Observe the event loop's lag until cancelled (a task of the server's lifespan)."""
-        loop = asyncio.get_running_loop()
-        while True:
-            started = loop.time()
-            await asyncio.sleep(LOOP_LAG_INTERVAL)
-            self.loop_lag.observe(max(loop.time() - started - LOOP_LAG_INTERVAL, 0.0))
+        await watch_loop_lag(self.loop_lag.observe, LOOP_LAG_INTERVAL)
 
     def observe(self, result: RelayResult) -> None:
         """Record a finished (or partial) generation."""
@@ -134,3 +131,13 @@ class RelayMetrics:
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+async def watch_loop_lag(observe: Callable[[float], object], interval: float) -> None:
+    """Until cancelled: sleep `interval` seconds, then `observe` how late (in seconds) the
+    running event loop woke this up. A busy loop delays every stream it serves by as much."""
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        await asyncio.sleep(interval)
+        observe(max(loop.time() - started - interval, 0.0))
