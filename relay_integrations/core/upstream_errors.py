@@ -68,13 +68,16 @@ def explain_broken_stream(
     (the turn resumed from the text so far after all but the last): the ``detail`` of its
     UpstreamFailure."""
     said = str(cause) or type(cause).__name__
-    resumes = "1 resume" if breaks == 2 else f"{breaks - 1} resumes"
+    if breaks == 1:
+        tried = "once, with SwitchPolicy.max_resumes=0"
+    else:
+        resumes = "1 resume" if breaks == 2 else f"{breaks - 1} resumes"
+        tried = f"{breaks} times in one turn (the request and {resumes} from the text so far)"
     return (
-        f"the stream from {config.base_url} broke after sending text, {breaks} times in one "
-        f"turn (the request and {resumes} from the text so far; last: {said}). Check the "
-        f"{role} vLLM server's log for a crash or restart, and any proxy or load balancer in "
-        "between for a response or idle timeout; SwitchPolicy.max_resumes allows more "
-        "resumes. The text written so far is in the error's .partial."
+        f"the stream from {config.base_url} broke after sending text, {tried}; last: {said}. "
+        f"Check the {role} vLLM server's log for a crash or restart, and any proxy or load "
+        "balancer in between for a response or idle timeout; SwitchPolicy.max_resumes allows "
+        "more resumes. The text written so far is in the error's .partial."
     )
 
 

@@ -457,6 +457,25 @@ async def test_stream_cut_mid_segment_resumes(qwen_large: Server, qwen_small: Se
     assert result.segments[0].usage.requests == 2
 
 
+async def test_a_stream_cut_beyond_its_resumes_names_the_server_and_keeps_the_text(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    host, port = qwen_large.root.removeprefix("http://").split(":")
+    async with TcpProxy(host, int(port)) as proxy:
+        large = Server(proxy.base_url, qwen_large.large_model, "")
+        async with RelaySwitcher(qwen_config(large, qwen_small, max_resumes=0)) as relay:
+            await relay.endpoints["large"].model_info()
+            proxy.cut_next_response(after_bytes=1200)  # a few chunks of the first segment
+            with pytest.raises(EndpointError) as caught:
+                await run(relay, QWEN_TRACE)
+    message = str(caught.value)
+    assert f"the stream from {proxy.base_url} broke after sending text, once" in message
+    assert "max_resumes=0" in message and "Check the large vLLM server's log" in message
+    partial = caught.value.partial
+    assert partial is not None and partial.finish_reason == "error"
+    assert partial.text and QWEN_TRACE.startswith(partial.text)  # what arrived before the cut
+
+
 async def test_32_concurrent_generations(qwen_large: Server, qwen_small: Server) -> None:
     async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
         results = await asyncio.gather(
