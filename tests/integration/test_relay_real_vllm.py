@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -60,6 +62,14 @@ def qwen_config(
         sampling=SamplingConfig(max_tokens=512, seed=0),
         policy=SwitchPolicy.model_validate(policy),
     )
+
+
+@asynccontextmanager
+async def proxied(server: Server) -> AsyncIterator[tuple[TcpProxy, Server]]:
+    """`server` behind a TCP proxy (for faults and what crossed the wire), as a Server."""
+    host, port = server.root.removeprefix("http://").split(":")
+    async with TcpProxy(host, int(port)) as proxy:
+        yield proxy, Server(proxy.base_url, server.large_model, "")
 
 
 async def run(relay: RelaySwitcher, trace: str, messages=QUESTION, **options):
@@ -446,13 +456,13 @@ async def test_small_endpoint_refusing_with_raise_policy_keeps_partial_text(
 
 
 async def test_stream_cut_mid_segment_resumes(qwen_large: Server, qwen_small: Server) -> None:
-    host, port = qwen_large.root.removeprefix("http://").split(":")
-    async with TcpProxy(host, int(port)) as proxy:
-        large = Server(proxy.base_url, qwen_large.large_model, "")
-        async with RelaySwitcher(qwen_config(large, qwen_small)) as relay:
-            await relay.endpoints["large"].model_info()
-            proxy.cut_next_response(after_bytes=1200)  # a few chunks of the first segment
-            _, result = await run(relay, QWEN_TRACE)
+    async with (
+        proxied(qwen_large) as (proxy, large),
+        RelaySwitcher(qwen_config(large, qwen_small)) as relay,
+    ):
+        await relay.endpoints["large"].model_info()
+        proxy.cut_next_response(after_bytes=1200)  # a few chunks of the first segment
+        _, result = await run(relay, QWEN_TRACE)
     assert result.text == QWEN_TRACE
     assert result.segments[0].usage.requests == 2
 
@@ -460,14 +470,14 @@ async def test_stream_cut_mid_segment_resumes(qwen_large: Server, qwen_small: Se
 async def test_a_stream_cut_beyond_its_resumes_names_the_server_and_keeps_the_text(
     qwen_large: Server, qwen_small: Server
 ) -> None:
-    host, port = qwen_large.root.removeprefix("http://").split(":")
-    async with TcpProxy(host, int(port)) as proxy:
-        large = Server(proxy.base_url, qwen_large.large_model, "")
-        async with RelaySwitcher(qwen_config(large, qwen_small, max_resumes=0)) as relay:
-            await relay.endpoints["large"].model_info()
-            proxy.cut_next_response(after_bytes=1200)  # a few chunks of the first segment
-            with pytest.raises(EndpointError) as caught:
-                await run(relay, QWEN_TRACE)
+    async with (
+        proxied(qwen_large) as (proxy, large),
+        RelaySwitcher(qwen_config(large, qwen_small, max_resumes=0)) as relay,
+    ):
+        await relay.endpoints["large"].model_info()
+        proxy.cut_next_response(after_bytes=1200)  # a few chunks of the first segment
+        with pytest.raises(EndpointError) as caught:
+            await run(relay, QWEN_TRACE)
     message = str(caught.value)
     assert f"the stream from {proxy.base_url} broke after sending text, once" in message
     assert "max_resumes=0" in message and "Check the large vLLM server's log" in message
@@ -731,12 +741,12 @@ async def test_session_header_on_every_upstream_request(
     qwen_large: Server, qwen_small: Server
 ) -> None:
     """Seen on the wire in front of the real server: one session id per generation."""
-    host, port = qwen_large.root.removeprefix("http://").split(":")
-    async with TcpProxy(host, int(port)) as proxy:
-        large = Server(proxy.base_url, qwen_large.large_model, "")
-        async with RelaySwitcher(qwen_config(large, qwen_small)) as relay:
-            first = await relay.generate(QUESTION, request_hook=forcing(QWEN_TRACE))
-            second = await relay.generate(QUESTION, request_hook=forcing(QWEN_TRACE))
+    async with (
+        proxied(qwen_large) as (proxy, large),
+        RelaySwitcher(qwen_config(large, qwen_small)) as relay,
+    ):
+        first = await relay.generate(QUESTION, request_hook=forcing(QWEN_TRACE))
+        second = await relay.generate(QUESTION, request_hook=forcing(QWEN_TRACE))
     completions = [r for r in proxy.requests if r.startswith(b"POST /v1/completions")]
     assert len(completions) == 8  # 4 large segments per generation
     sessions = [
