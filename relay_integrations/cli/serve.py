@@ -59,6 +59,11 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--health-timeout", type=float, help="seconds each upstream has to answer /health"
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="processes sharing the port (default 1); each takes --max-concurrent-generations",
+    )
     parser.add_argument("--log-format", choices=["json", "text"])
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(run=run)
@@ -90,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         "shutdown_timeout",
         "keep_alive_timeout",
         "health_timeout",
+        "workers",
         "log_format",
         "log_level",
     )

@@ -61,7 +61,7 @@ class RelayServer:
         self.config = _sized(config, self.settings.max_concurrent_generations)
         self.cues = cues if cues is not None else CueSet.load(config.cues)  # fails fast
         self.request_hook = request_hook
-        self.metrics = RelayMetrics()
+        self.metrics = RelayMetrics(multiprocess=self.settings.workers > 1)
         self.admission = Admission(
             self.settings.max_concurrent_generations, self.settings.retry_after, self.metrics
         )

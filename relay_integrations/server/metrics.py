@@ -3,11 +3,20 @@
 metrics = RelayMetrics()
 metrics.observe(result)               # tokens, share, switches, segment and total times
 body, content_type = metrics.render()  # GET /metrics
+
+With several worker processes (``relaygen serve --workers N``), ``RelayMetrics(multiprocess=
+True)`` in each: prometheus_client's multiprocess mode, every process writing its values to
+files in ``PROMETHEUS_MULTIPROC_DIR`` (set before prometheus_client is imported: the supervisor
+sets it before it starts the workers) and ``GET /metrics`` summing the files of all of them.
+A ``worker`` label would not do: a scrape reaches the one worker the kernel hands the
+connection to, and would show that worker's counts only. The in-flight gauge sums the workers
+alive (``livesum``); the supervisor drops a dead worker's (``mark_process_dead``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 
 from prometheus_client import (
@@ -18,6 +27,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from ..core.result import RelayResult
 
@@ -28,10 +38,24 @@ LOOP_LAG_INTERVAL = 0.05
 """Seconds between two readings of the event loop's lag."""
 
 
-class RelayMetrics:
-    """Requests, errors, tokens per model, large-model share, switches, latencies, in flight."""
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+"""The variable naming prometheus_client's directory of multiprocess values."""
 
-    def __init__(self) -> None:
+
+class RelayMetrics:
+    """Requests, errors, tokens per model, large-model share, switches, latencies, in flight.
+
+    `multiprocess`: this process is one of several serving the same port; ``render`` shows the
+    sums over all of them (see the module's docstring).
+    """
+
+    def __init__(self, multiprocess: bool = False) -> None:
+        if multiprocess and not os.path.isdir(os.environ.get(MULTIPROC_DIR, "")):
+            raise RuntimeError(
+                f"metrics shared by worker processes need {MULTIPROC_DIR} set to a directory "
+                "before prometheus_client is imported (relaygen serve --workers N sets it)"
+            )
+        self.multiprocess = multiprocess
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
@@ -94,7 +118,10 @@ class RelayMetrics:
             registry=r,
         )
         self.inflight = Gauge(
-            "relay_inflight_generations", "Generations being written now", registry=r
+            "relay_inflight_generations",
+            "Generations being written now",
+            multiprocess_mode="livesum",  # of the workers alive (one process: its own value)
+            registry=r,
         )
         self.loop_lag = Histogram(
             "relay_event_loop_lag_seconds",
@@ -129,8 +156,12 @@ class RelayMetrics:
             self.first_token_seconds.observe(result.stats.time_to_first_token)
 
     def render(self) -> tuple[bytes, str]:
-        """The exposition text and its content type."""
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        """The exposition text and its content type (`multiprocess`: of all the workers)."""
+        if not self.multiprocess:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        every_worker = CollectorRegistry()
+        MultiProcessCollector(every_worker)  # type: ignore[no-untyped-call]  # not annotated
+        return generate_latest(every_worker), CONTENT_TYPE_LATEST
 
 
 async def watch_loop_lag(observe: Callable[[float], object], interval: float) -> None:

@@ -5,6 +5,9 @@ On SIGTERM or SIGINT the server stops accepting connections, answers ``/health``
 running then are cut, which cancels their upstream requests::
 
     serve(RelayConfig.from_env(), ServerSettings.from_env(port=9000))
+
+With ``ServerSettings(workers=N)`` (N > 1) the server runs on N processes sharing the port,
+each shutting down so (:mod:`.workers`).
 """
 
 from __future__ import annotations
@@ -46,7 +49,12 @@ def uvicorn_config(relay: RelayServer) -> uvicorn.Config:
 
 
 def serve(config: RelayConfig, settings: ServerSettings) -> None:
-    """Serve until SIGTERM/SIGINT; blocks."""
+    """Serve until SIGTERM/SIGINT; blocks. On ``settings.workers`` processes."""
+    if settings.workers > 1:
+        from .workers import serve_workers  # it builds on this module's server
+
+        serve_workers(config, settings)
+        return
     configure_logging(settings.log_format, settings.log_level)
     relay = RelayServer(config, settings)
     DrainingServer(uvicorn_config(relay), relay).run()

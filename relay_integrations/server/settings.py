@@ -65,6 +65,12 @@ class ServerSettings(BaseModel):
     health_timeout: float = Field(
         default=5.0, gt=0, description="Seconds each upstream has to answer a health check"
     )
+    workers: int = Field(
+        default=1,
+        ge=1,
+        description="Processes serving the one listening port (relay_integrations.server."
+        "workers); each has its own event loop and its own --max-concurrent-generations",
+    )
     log_format: Literal["json", "text"] = "json"
     log_level: str = "info"
 
