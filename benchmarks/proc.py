@@ -1,6 +1,7 @@
 """What the benchmarks read of this machine from ``/proc`` (Linux), in one place::
 
     cpu_seconds(pid)           # user + system CPU time of a process so far
+    tree_cpu_seconds(pid)      # {pid: CPU time so far} of a process and its descendants
     memory_mb(pid)             # {"VmRSS": ..., "VmHWM": ...} in MiB
     machine_busy_seconds()     # CPU time all processes used so far (idle and iowait left out)
     process_groups_seconds(g)  # CPU time of these process groups, and of this process
@@ -23,6 +24,31 @@ def cpu_seconds(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def tree_cpu_seconds(pid: int) -> dict[int, float]:
+    """User plus system CPU time so far of `pid` and of each of its descendants alive now
+    (``relaygen serve --workers N``: the supervisor and its workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # it ended meanwhile
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    seconds: dict[int, float] = {}
+    todo = [pid]
+    while todo:
+        member = todo.pop()
+        try:
+            seconds[member] = cpu_seconds(member)
+        except OSError:
+            continue  # it ended meanwhile
+        todo += children.get(member, [])
+    return seconds
 
 
 def memory_mb(pid: int) -> dict[str, float]:

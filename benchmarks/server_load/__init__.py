@@ -4,6 +4,7 @@
     python -m benchmarks server-load --quick                # 50 streams x 2 rounds
     python -m benchmarks server-load --concurrency 50 --json /tmp/load-50.json
     python -m benchmarks server-load --token-delay 0.005 --rounds 5
+    python -m benchmarks server-load --workers 1,2,4 --quick  # relaygen serve --workers N
 
 ``--quick`` is ``--concurrency 50 --rounds 2`` (flags given explicitly win; ``--sequential``
 keeps its 20): one quick run before a change and one after it compare the same figures.
@@ -40,9 +41,14 @@ loop is. Also printed: the CPU time of the three processes during the server rou
 relay's ``relay_inflight_generations`` after the load (0 unless slots leaked), and the first
 lines the relay logged at warning level or above.
 
+``--workers 1,2,4`` runs something else: the same load rounds against ``relaygen serve
+--workers N`` for each N, side by side, and prints generations/s and CPU per generation of each
+relay's whole process tree, with ratios (:mod:`.workers`).
+
 The modules: :mod:`.settings` (the run's parameters), :mod:`.processes` (the upstream and
 ``relaygen serve``, started and stopped), :mod:`.streams` (one generation through the server
 and in-process), :mod:`.sampling` (what is measured beside the streams: VmRSS, ``/metrics``,
-CPU time), :mod:`.load` (the single requests and the load rounds), :mod:`.figures` (the typed
-results, also what ``--json`` writes), :mod:`.report` (the printed report), :mod:`.cli`.
+CPU time), :mod:`.load` (the single requests and the load rounds), :mod:`.workers` (the
+``--workers`` comparison), :mod:`.figures` (the typed results, also what ``--json`` writes),
+:mod:`.report` (the printed report), :mod:`.cli`.
 """

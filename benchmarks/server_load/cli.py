@@ -15,10 +15,10 @@ from typing import NoReturn
 
 from ..machine import MachineFacts
 from . import __doc__ as package_doc
-from . import report
-from .figures import Figures, Record
+from . import report, workers
+from .figures import Figures, Record, WorkerCountFigures, WorkersRecord
 from .load import benchmark
-from .processes import relay_log_lines, running
+from .processes import relay_log_lines, running, running_side_by_side, server_env
 from .settings import CONCURRENCY, QUICK, Settings
 
 PROG = ("python", "-m", "benchmarks", "server-load")
@@ -49,8 +49,22 @@ def parser() -> argparse.ArgumentParser:
         help="seconds the client keeps an idle connection (httpx's default, 5; uvicorn closes "
         "one idle for 5 s)",
     )
+    add(
+        "--workers",
+        type=worker_counts,
+        help="compare relaygen serve --workers N for these N side by side, e.g. 1,2,4 (instead "
+        "of the server against the in-process core)",
+    )
     add("--json", type=Path, dest="json_path", help="write all figures and samples here")
     return parser
+
+
+def worker_counts(text: str) -> list[int]:
+    """``1,2,4`` -> [1, 2, 4]: distinct, in order, each at least 1."""
+    counts = list(dict.fromkeys(int(part) for part in text.split(",")))
+    if any(count < 1 for count in counts):
+        raise argparse.ArgumentTypeError(f"worker counts are at least 1: {text}")
+    return counts
 
 
 def parse_args(argv: Sequence[str]) -> Settings:
@@ -65,11 +79,14 @@ def main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGTERM, _terminated)  # so that the children are stopped
     facts = MachineFacts.now([Path(sys.executable).name, *PROG[1:], *argv])
     try:
-        figures = run(settings, facts)
+        if settings.workers:
+            failed = any(f.errors for f in compare_workers(settings, facts))
+        else:
+            failed = run(settings, facts).failed
     except KeyboardInterrupt:
-        print("interrupted; the upstream and the relay were stopped", file=sys.stderr)
+        print("interrupted; the upstream and the relays were stopped", file=sys.stderr)
         return 130
-    return 1 if figures.failed else 0
+    return 1 if failed else 0
 
 
 def run(settings: Settings, facts: MachineFacts) -> Figures:
@@ -90,6 +107,28 @@ def run(settings: Settings, facts: MachineFacts) -> Figures:
             settings=settings,
             figures=figures,
             relay_log_lines=len(lines),
+        )
+        settings.json_path.write_text(json.dumps(record.model_dump(mode="json"), indent=1))
+        print(f"figures written to {settings.json_path}")
+    return figures
+
+
+def compare_workers(settings: Settings, facts: MachineFacts) -> list[WorkerCountFigures]:
+    """Start the upstream and a relay per worker count, measure, report; all processes are
+    stopped whatever happens."""
+    with tempfile.TemporaryDirectory(prefix="bench-workers-") as tmp:
+        with running_side_by_side(settings, Path(tmp)) as (upstream_proc, relays):
+            figures = asyncio.run(workers.compare(settings, relays, upstream_proc.pid))
+            facts.finished()
+            report.workers(figures, facts, relays, settings)
+        report.relay_log([line for relay in relays for line in relay.warnings()])
+    if settings.json_path:
+        record = WorkersRecord(
+            facts=facts,
+            relay_commands=[relay.command for relay in relays],
+            relay_env=server_env(settings.endpoint_concurrency),
+            settings=settings,
+            figures=figures,
         )
         settings.json_path.write_text(json.dumps(record.model_dump(mode="json"), indent=1))
         print(f"figures written to {settings.json_path}")

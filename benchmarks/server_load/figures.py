@@ -239,3 +239,62 @@ class Record(BaseModel):
     settings: Settings
     figures: Figures
     relay_log_lines: int
+
+
+class WorkerCountFigures(BaseModel):
+    """One relay of a ``--workers`` run: ``relaygen serve --workers N`` under the load rounds."""
+
+    workers: int
+    generations: int
+    wall_seconds: float
+    """Of its rounds."""
+    generations_per_second: float
+    cpu: CpuSeconds
+    """During its rounds: ``relay`` is its whole process tree (the supervisor and the workers)."""
+    cpu_ms_per_generation: float
+    """Of its process tree."""
+    busiest_process_share: float
+    """The share of the tree's CPU its busiest process used (1/N: spread evenly)."""
+    utilisation: CpuSeconds
+    """Cores each used during its rounds."""
+    other_processes_cores: float
+    """Cores the machine's other processes used meanwhile."""
+    total: Summary
+    """A stream's total time, as its client saw it."""
+    errors: list[str]
+
+    @classmethod
+    def of(
+        cls,
+        workers: int,
+        samples: Sequence[Sample],
+        wall: float,
+        cpu: CpuSeconds,
+        per_process: Iterable[float],
+    ) -> WorkerCountFigures:
+        """`per_process`: the CPU seconds of each process of the relay's tree."""
+        ok = [s for s in samples if s.error is None]
+        others = cpu.machine - cpu.relay - cpu.upstream - cpu.client
+        return cls(
+            workers=workers,
+            generations=len(ok),
+            wall_seconds=wall,
+            generations_per_second=len(ok) / wall,
+            cpu=cpu,
+            cpu_ms_per_generation=1000 * cpu.relay / max(len(ok), 1),
+            busiest_process_share=max(per_process, default=0.0) / max(cpu.relay, 1e-9),
+            utilisation=cpu.per(wall),
+            other_processes_cores=others / wall,
+            total=Summary.of(s.total for s in ok),
+            errors=errors(samples),
+        )
+
+
+class WorkersRecord(BaseModel):
+    """What ``--json`` writes for a ``--workers`` run."""
+
+    facts: MachineFacts
+    relay_commands: list[list[str]]
+    relay_env: dict[str, str]
+    settings: Settings
+    figures: list[WorkerCountFigures]

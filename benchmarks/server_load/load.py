@@ -123,19 +123,28 @@ async def load_rounds(
     return rounds
 
 
-async def benchmark(settings: Settings, processes: Processes) -> Figures:
-    """Single requests and load rounds against the running relay and in-process."""
-    url, pid = processes.relay_url, processes.relay.pid
-    limits = httpx.Limits(
+def client_limits(settings: Settings) -> httpx.Limits:
+    """The connection limits of each of this process's clients."""
+    return httpx.Limits(
         max_connections=CLIENT_SHARD + 1,
         max_keepalive_connections=CLIENT_SHARD + 1,
         keepalive_expiry=settings.keepalive_expiry,
     )
-    timeout = httpx.Timeout(settings.timeout)
-    # The streams go through clients of at most CLIENT_SHARD requests each, as the relay's own
-    # upstream requests do: one httpx client holding 200 kept-alive connections probes every
-    # idle one for each request it places, which held a burst back by ~3 s in this process.
-    streams = ClientShards(lambda: StreamClient(limits=limits, timeout=timeout), CLIENT_SHARD)
+
+
+def stream_clients(settings: Settings) -> ClientShards[StreamClient]:
+    """The clients the streams go through: at most CLIENT_SHARD requests each, as the relay's
+    own upstream requests do (one httpx client holding 200 kept-alive connections probes every
+    idle one for each request it places, which held a burst back by ~3 s in this process)."""
+    limits, timeout = client_limits(settings), httpx.Timeout(settings.timeout)
+    return ClientShards(lambda: StreamClient(limits=limits, timeout=timeout), CLIENT_SHARD)
+
+
+async def benchmark(settings: Settings, processes: Processes) -> Figures:
+    """Single requests and load rounds against the running relay and in-process."""
+    url, pid = processes.relay_url, processes.relay.pid
+    limits, timeout = client_limits(settings), httpx.Timeout(settings.timeout)
+    streams = stream_clients(settings)
     async with (
         httpx.AsyncClient(limits=limits, timeout=timeout) as client,
         httpx.AsyncClient(timeout=timeout) as probe_client,

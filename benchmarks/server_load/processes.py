@@ -1,9 +1,14 @@
-"""The two processes the benchmark runs: the scripted upstream (:mod:`benchmarks.upstream`)
+"""The processes the benchmark runs: the scripted upstream (:mod:`benchmarks.upstream`)
 and ``relaygen serve`` over it, started together and stopped whatever happens::
 
     with running(settings, Path(tmp)) as processes:
         ...  # requests to processes.relay_url
     relay_log_lines(Path(tmp))  # what the relay logged at warning level and above
+
+or, for ``--workers 1,2,4``, one upstream and a ``relaygen serve --workers N`` for each N::
+
+    with running_side_by_side(settings, Path(tmp)) as (upstream_proc, relays):
+        ...  # requests to relays[0].url
 """
 
 from __future__ import annotations
@@ -17,10 +22,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 
@@ -41,7 +46,9 @@ def free_port() -> int:
         return port
 
 
-def server_command(upstream_url: str, port: int, max_generations: int) -> list[str]:
+def server_command(
+    upstream_url: str, port: int, max_generations: int, workers: int = 1, log_level: str = "warning"
+) -> list[str]:
     relaygen = Path(sys.executable).parent / "relaygen"
     return [
         str(relaygen),
@@ -51,7 +58,8 @@ def server_command(upstream_url: str, port: int, max_generations: int) -> list[s
         *("--cues", json.dumps(CUES)),
         *("--port", str(port)),
         *("--max-concurrent-generations", str(max_generations)),
-        *("--log-level", "warning"),
+        *(("--workers", str(workers)) if workers > 1 else ()),
+        *("--log-level", log_level),
     ]
 
 
@@ -132,3 +140,64 @@ def running(settings: Settings, logs: Path) -> Iterator[Processes]:
 def relay_log_lines(logs: Path) -> list[str]:
     """What the relay of `running` logged (at warning level and above)."""
     return (logs / RELAY_LOG).read_text(errors="replace").splitlines()
+
+
+@dataclass
+class Relay:
+    """One ``relaygen serve --workers N`` of a side-by-side run, logging at info level to
+    `log` (so that the benchmark sees when every worker serves)."""
+
+    workers: int
+    process: subprocess.Popen[bytes]
+    url: str
+    command: list[str]
+    log: Path
+
+    def records(self) -> list[dict[str, Any]]:
+        """The JSON records it has logged so far."""
+        lines = self.log.read_text(errors="replace").splitlines()
+        return [json.loads(line) for line in lines if line.startswith("{")]
+
+    def warnings(self) -> list[str]:
+        """What it logged at warning level and above, and any line that is not a record (a
+        traceback, say)."""
+        lines = self.log.read_text(errors="replace").splitlines()
+        return [
+            line
+            for line in lines
+            if not line.startswith("{") or json.loads(line)["level"] not in ("debug", "info")
+        ]
+
+    async def wait_serving(self, client: httpx.AsyncClient) -> None:
+        """Until every worker serves: /health answers once one does, so with several the
+        supervisor's "serving" record is waited for too."""
+        await wait_healthy(client, self.url, self.process)
+        deadline = time.monotonic() + 60
+        while self.workers > 1 and not any(r["msg"] == "serving" for r in self.records()):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the {self.workers} workers did not all serve within 60 s")
+            await asyncio.sleep(0.1)
+
+
+@contextmanager
+def running_side_by_side(
+    settings: Settings, logs: Path
+) -> Iterator[tuple[subprocess.Popen[bytes], list[Relay]]]:
+    """The upstream and one relay per worker count of `settings.workers`, running; all are
+    stopped whatever happens."""
+    assert settings.workers, "worker counts to compare"
+    with ExitStack() as stack:
+        upstream_log = stack.enter_context((logs / UPSTREAM_LOG).open("wb"))
+        upstream_proc, upstream_url = upstream.start(settings.token_delay, upstream_log)
+        stack.callback(upstream.stop, upstream_proc)
+        relays = []
+        env = server_env(settings.endpoint_concurrency)
+        for workers in settings.workers:
+            port, log = free_port(), logs / f"relay-{workers}-workers.log"
+            command = server_command(
+                upstream_url, port, max(1000, settings.concurrency), workers, log_level="info"
+            )
+            process = start_server(command, env, stack.enter_context(log.open("wb")))
+            stack.callback(upstream.stop, process)
+            relays.append(Relay(workers, process, f"http://127.0.0.1:{port}", command, log))
+        yield upstream_proc, relays

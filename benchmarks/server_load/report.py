@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 from collections.abc import Sequence
 
 from ..machine import MachineFacts
-from .figures import CpuFigures, Figures, LoadFigures, MemoryFigures, SingleFigures, Summary
-from .processes import Processes
+from .figures import (
+    CpuFigures,
+    Figures,
+    LoadFigures,
+    MemoryFigures,
+    SingleFigures,
+    Summary,
+    WorkerCountFigures,
+)
+from .processes import Processes, Relay
 from .settings import Settings
 
 
@@ -124,3 +133,46 @@ def relay_log(lines: Sequence[str]) -> None:
         print(f"relay log: {len(lines)} lines at warning and above; the first ones:")
         for line in lines[:5]:
             print(f"  {line[:300]}")
+
+
+def workers(
+    figures: Sequence[WorkerCountFigures],
+    facts: MachineFacts,
+    relays: Sequence[Relay],
+    settings: Settings,
+) -> None:
+    """The ``--workers`` run: one row per worker count, ratios against the first row."""
+    print(f"machine   {facts.cpus} CPUs ({facts.cpus_usable} usable), {facts.platform}")
+    print(f"load avg  {facts.load_at_start} (before)  {facts.load_at_end} (after)")
+    print(f"command   {facts.command}")
+    for relay in relays:
+        print(f"relay     {shlex.join(relay.command)}")
+    print(f"upstream  scripted capable model, {settings.token_delay} s/token, own process\n")
+    n, rounds = settings.concurrency, settings.rounds
+    print(f"relaygen serve --workers N: {n} concurrent streams x {rounds} rounds each, in turns")
+    print(
+        f"  {'workers':>7}{'gen/s':>8}{'ratio':>7}{'CPU ms/gen':>12}{'ratio':>7}{'busiest':>9}"
+        f"{'p50 ms':>9}{'p99 ms':>9}   cores: {'relay':>6}{'upstream':>9}{'client':>7}{'others':>7}"
+    )
+    first = figures[0]
+    for f in figures:
+        use = f.utilisation
+        print(
+            f"  {f.workers:>7}{f.generations_per_second:8.1f}"
+            f"{f.generations_per_second / first.generations_per_second:7.2f}"
+            f"{f.cpu_ms_per_generation:12.1f}"
+            f"{f.cpu_ms_per_generation / first.cpu_ms_per_generation:7.2f}"
+            f"{f.busiest_process_share:9.0%}{ms(f.total.p50)}{ms(f.total.p99)}"
+            f"   {'':7}{use.relay:6.2f}{use.upstream:9.2f}{use.client:7.2f}"
+            f"{f.other_processes_cores:7.2f}"
+        )
+    print(
+        f"  ratio: against {first.workers} worker(s); CPU: the relay's whole process tree "
+        "(supervisor and workers); busiest: the share of it the busiest process used; cores: "
+        f"of the machine's {facts.cpus}, used during each relay's rounds (others: the "
+        "machine's other processes)"
+    )
+    failures = [error for f in figures for error in f.errors]
+    print(f"errors: {len(failures)}")
+    for message, count in Counter(failures).most_common(10):
+        print(f"  {count} x {message}")

@@ -27,6 +27,9 @@ class Settings(BaseModel):
     """The clients' timeout, seconds."""
     keepalive_expiry: float = 5.0
     """Seconds the clients keep an idle connection."""
+    workers: list[int] | None = None
+    """Worker counts to compare (``--workers 1,2,4``: relaygen serve --workers N for each N,
+    instead of the server-against-core run)."""
     quick: bool = False
     """Whether ``--quick`` set the defaults of `concurrency` and `rounds`."""
     json_path: Path | None = None
