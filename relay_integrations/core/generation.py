@@ -8,6 +8,7 @@ server's prefix cache prefills only what that model has not seen.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
@@ -36,6 +37,8 @@ from .result import (
 )
 from .upstream_errors import explain_broken_stream
 from .warm_up import PromptWarmUp
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ class Generation:
         self.requests_sent = 0
         self.speculative_handoffs = 0  # hand-offs whose request was opened ahead and used
         self.speculative_misses = 0  # requests opened ahead and closed unused
+        self.resumes = 0  # streams that broke mid-way and went on from the text so far
         self._ahead: HeadStart | None = None
         self._warm_up: PromptWarmUp | None = None
         self._releaser = self._new_releaser()
@@ -184,10 +188,22 @@ class Generation:
                     await self._drop_ahead()
                     self._count(role, phase, usage, 0, 0, sent.written)
                     resumes += 1
+                    config = self.endpoints[role].config
                     if resumes > self.config.policy.max_resumes:
-                        config = self.endpoints[role].config
                         detail = explain_broken_stream(broken.cause, role, config, resumes)
                         raise UpstreamFailure(role, broken.cause, detail) from broken
+                    self.resumes += 1
+                    logger.warning(
+                        "generation %s: the %s stream from %s broke after %d characters (%s); "
+                        "resuming from the text so far (%d of SwitchPolicy.max_resumes=%d)",
+                        self.id,
+                        role,
+                        config.base_url,
+                        len(broken.text),
+                        str(broken.cause) or type(broken.cause).__name__,
+                        resumes,
+                        self.config.policy.max_resumes,
+                    )
                     continue
                 end = RequestEnd(
                     sent.finish_reason,
@@ -369,6 +385,7 @@ class Generation:
                 time_to_first_token=self.first_token_at,
                 speculative_handoffs=self.speculative_handoffs,
                 speculative_misses=self.speculative_misses,
+                resumes=self.resumes,
                 warm_up=self._warm_up.usage if self._warm_up else None,
             ),
         )

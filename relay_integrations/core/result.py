@@ -74,6 +74,11 @@ class RelayStats(BaseModel):
     speculative_misses: int = Field(
         default=0, description="Requests opened ahead of a hand-off that did not come, closed"
     )
+    resumes: int = Field(
+        default=0,
+        description="Streams that broke after sending text and went on from the text so far "
+        "(a vLLM replica lost mid-request; SwitchPolicy.max_resumes)",
+    )
     warm_up: ModelUsage | None = Field(
         default=None,
         description="The request that put the small model's prompt in its prefix cache when "

@@ -8,6 +8,7 @@ CI), where a missing server is a failure.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass
 
@@ -82,11 +83,53 @@ def smollm2() -> Server:
     return Server(_env("RELAY_TEST_SMOLLM2_URL"), "", _env("RELAY_TEST_SMOLLM2_MODEL"))
 
 
+@dataclass(frozen=True)
+class Replica:
+    """One of two vLLM servers of the tiny large model behind the routers; `name` is its
+    name in scripts/vllm_servers.sh (to kill and restart it)."""
+
+    name: str
+    root: str
+
+
+@pytest.fixture(scope="session")
+def replicas() -> tuple[Replica, Replica]:
+    """qwen3-large and its second replica qwen3-large-b (``scripts/vllm_servers.sh start
+    qwen3-large qwen3-large-b router-hash router-rr``)."""
+    first = _env("RELAY_TEST_QWEN_LARGE_URL").removesuffix("/v1")
+    second = _env("RELAY_TEST_QWEN_LARGE_B_URL").removesuffix("/v1")
+    return Replica("qwen3-large", first), Replica("qwen3-large-b", second)
+
+
+@pytest.fixture(scope="session")
+def router_hash() -> Server:
+    """vllm-router with --policy consistent_hash (keys on X-Session-ID) over the replicas."""
+    return Server(_env("RELAY_TEST_ROUTER_HASH_URL"), _env("RELAY_TEST_QWEN_LARGE_MODEL"), "")
+
+
+@pytest.fixture(scope="session")
+def router_rr() -> Server:
+    """vllm-router with --policy round_robin over the same replicas."""
+    return Server(_env("RELAY_TEST_ROUTER_RR_URL"), _env("RELAY_TEST_QWEN_LARGE_MODEL"), "")
+
+
 async def vllm_metric(root: str, name: str) -> float:
     """A vLLM metric from /metrics, summed over its labels (e.g. its model names)."""
     async with httpx.AsyncClient() as client:
         text = (await client.get(f"{root}/metrics")).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+async def settled_metric(root: str, name: str) -> float:
+    """A vLLM counter once it has stopped moving (vLLM updates its counters late)."""
+    count = await vllm_metric(root, name)
+    for _ in range(20):
+        await asyncio.sleep(0.5)
+        again = await vllm_metric(root, name)
+        if again == count:
+            return count
+        count = again
+    return count
 
 
 async def running_requests(root: str) -> float:

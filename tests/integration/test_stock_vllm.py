@@ -6,8 +6,6 @@ model under both names (a forced trace does not depend on the model)."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from relay_integrations.core import EndpointConfig, RelayResult, RelaySwitcher
@@ -15,7 +13,7 @@ from relay_integrations.core.endpoint import CompletionRequest, Endpoint
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.testing import forcing, regex_literal
 
-from .conftest import Server, qwen_relay_fields, running_requests, vllm_metric
+from .conftest import Server, qwen_relay_fields, running_requests, settled_metric
 from .test_relay_real_vllm import QUESTION, QWEN_TRACE, qwen_config
 
 pytestmark = pytest.mark.vllm
@@ -47,9 +45,7 @@ async def test_a_stock_server_gives_the_same_segments(
     assert plain.cached_tokens is None and tuned.cached_tokens is not None
 
 
-async def generated_tokens(root: str) -> float:
-    """vLLM's counter of tokens generated, over all its requests."""
-    return await vllm_metric(root, "vllm:generation_tokens_total")
+GENERATED = "vllm:generation_tokens_total"  # tokens generated, over all requests
 
 
 async def test_a_stop_found_in_the_stream_cuts_the_text_and_closes_the_request(
@@ -71,14 +67,16 @@ async def test_a_stop_found_in_the_stream_cuts_the_text_and_closes_the_request(
                 stop=("</think>", "\n\n", "?\n", "!\n", " rest "),
                 extra_body={"structured_outputs": {"regex": regex_literal(text)}},
             )
-            before = await settled_count(stock.root)  # the counter lags earlier requests
+            before = await settled_metric(
+                stock.root, GENERATED
+            )  # the counter lags earlier requests
             pieces = [piece async for piece in endpoint.stream_completion(request)]
             assert "".join(p.text for p in pieces) == f"So we start {run} here and the rest "
             last = pieces[-1]
             assert (last.finish_reason, last.stop_reason) == ("stop", " rest ")
             assert last.completion_tokens is not None and last.completion_tokens >= 6
             assert last.cached_tokens is None  # the final usage chunk never came
-            written = await settled_count(stock.root) - before
+            written = await settled_metric(stock.root, GENERATED) - before
             assert written >= last.completion_tokens
             overshoots.append(written - last.completion_tokens)
     finally:
@@ -88,18 +86,6 @@ async def test_a_stop_found_in_the_stream_cuts_the_text_and_closes_the_request(
     # aborted ones stop within a few tokens; a bare reset would leave about 2 in 5 running
     assert sum(over < 40 for over in overshoots) >= 4, overshoots
     assert await running_requests(stock.root) == 0
-
-
-async def settled_count(root: str) -> float:
-    """The generated-token counter once it has stopped moving (vLLM updates it late)."""
-    count = await generated_tokens(root)
-    for _ in range(20):
-        await asyncio.sleep(0.5)
-        again = await generated_tokens(root)
-        if again == count:
-            return count
-        count = again
-    return count
 
 
 async def test_langchain_on_a_stock_server(stock: Server) -> None:

@@ -1,0 +1,172 @@
+"""The relay behind a real vllm-router over two vLLM replicas of the large model.
+
+``consistent_hash`` keys on the relay's X-Session-ID header, so every large-model request of
+a generation reaches one replica and each switch prefills only the new text; ``round_robin``
+spreads them and loses part of the prefix cache. A replica killed mid-generation costs a
+resume on the other replica, and nothing of the text. Requests per replica come from each
+replica's own ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from relay_integrations.core import (
+    RelayDone,
+    RelayResult,
+    RelaySwitcher,
+    SamplingConfig,
+    TextDelta,
+)
+from relay_integrations.testing import forcing
+
+from .conftest import Replica, Server, settled_metric, vllm_metric
+from .test_relay_real_vllm import QUESTION, QWEN_TRACE, qwen_config, run
+
+pytestmark = [pytest.mark.vllm, pytest.mark.scale_out]
+
+SERVERS_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "vllm_servers.sh"
+FINISHED = "vllm:request_success_total"  # completion requests a replica finished
+
+
+def long_prompt() -> list[dict[str, str]]:
+    """Over three 128-token cache blocks, led by twelve random digits (twelve tokens for the
+    Qwen tokenizer, whatever they are): no replica has cached any of it, and every run's
+    prompt has the same length, so cached-token counts compare exactly."""
+    nonce = "".join(random.choice("0123456789") for _ in range(12))
+    rules = " ".join(
+        f"Rule {i}: show every step of the work and check each result twice." for i in range(30)
+    )
+    return [{"role": "system", "content": f"Case {nonce}. {rules}"}, *QUESTION]
+
+
+async def finished_per_replica(replicas: tuple[Replica, Replica]) -> list[float]:
+    return [await settled_metric(replica.root, FINISHED) for replica in replicas]
+
+
+async def routed(
+    large: Server, small: Server, replicas: tuple[Replica, Replica]
+) -> tuple[RelayResult, list[float]]:
+    """One forced generation through `large`; its result and requests finished per replica."""
+    before = await finished_per_replica(replicas)
+    async with RelaySwitcher(qwen_config(large, small)) as relay:
+        _, result = await run(relay, QWEN_TRACE, messages=long_prompt())
+    after = await finished_per_replica(replicas)
+    assert result.text == QWEN_TRACE
+    return result, [a - b for a, b in zip(after, before, strict=True)]
+
+
+def cache_share(result: RelayResult) -> float:
+    large = result.usage["large"]
+    return large.cached_tokens / large.prompt_tokens
+
+
+async def test_consistent_hash_keeps_a_generation_on_one_replica_and_its_cache(
+    replicas: tuple[Replica, Replica],
+    router_hash: Server,
+    router_rr: Server,
+    qwen_large: Server,
+    qwen_small: Server,
+) -> None:
+    single, _ = await routed(qwen_large, qwen_small, replicas)
+    hashed = [await routed(router_hash, qwen_small, replicas) for _ in range(3)]
+    spread, spread_counts = await routed(router_rr, qwen_small, replicas)
+
+    large_requests = single.usage["large"].requests
+    assert large_requests == 4  # three cues and the end of the reasoning
+    for result, counts in hashed:
+        assert sorted(counts) == [0, large_requests], counts  # one replica took them all
+        # the same prefill as on one server: each request reused everything before it
+        assert result.usage["large"].cached_tokens == single.usage["large"].cached_tokens
+        assert result.usage["large"].prompt_tokens == single.usage["large"].prompt_tokens
+    assert all(count > 0 for count in spread_counts), spread_counts  # both replicas
+    assert spread.usage["large"].cached_tokens < single.usage["large"].cached_tokens
+    print(
+        f"\nlarge-model prompt tokens served from the cache: one server {cache_share(single):.1%}"
+        f", consistent_hash {cache_share(hashed[0][0]):.1%}, round_robin "
+        f"{cache_share(spread):.1%} (requests per replica {spread_counts})"
+    )
+
+
+LONG_REASONING = " ".join(
+    f"Step {i}: we add the next part and keep the running total in mind." for i in range(8)
+)
+LONG_TRACE = (
+    f"<think>\n{LONG_REASONING} Therefore, the sum is 12. Then the check holds.\n</think>\n\n"
+    "The answer is 12."
+)
+
+
+def servers_script(*args: str) -> None:
+    subprocess.run([str(SERVERS_SCRIPT), *args], check=True, capture_output=True, text=True)
+
+
+async def workers_healthy(router: Server) -> bool:
+    async with httpx.AsyncClient(timeout=5) as client:
+        workers = (await client.get(f"{router.root}/workers")).json()["workers"]
+    return len(workers) == 2 and all(worker["is_healthy"] for worker in workers)
+
+
+@pytest.fixture
+def restarted(router_hash: Server, router_rr: Server) -> Iterator[list[Replica]]:
+    """Replicas the test kills are started again after it, and back in both routers' pools."""
+    killed: list[Replica] = []
+    yield killed
+    for replica in killed:
+        servers_script("start", replica.name)
+    deadline = time.monotonic() + 60
+    while not all(asyncio.run(workers_healthy(r)) for r in (router_hash, router_rr)):
+        assert time.monotonic() < deadline, "the routers did not take the restarted replica back"
+        time.sleep(0.5)
+
+
+async def test_a_replica_killed_mid_generation_costs_a_resume_and_no_text(
+    replicas: tuple[Replica, Replica],
+    router_hash: Server,
+    qwen_small: Server,
+    restarted: list[Replica],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = qwen_config(router_hash, qwen_small)
+    config = config.model_copy(update={"sampling": SamplingConfig(max_tokens=1024, seed=0)})
+    before = await finished_per_replica(replicas)
+    streamed: list[str] = []
+    result: RelayResult | None = None
+    caplog.set_level(logging.WARNING, logger="relay_integrations")
+    async with asyncio.timeout(120), RelaySwitcher(config) as relay:
+        async for event in relay.stream(QUESTION, request_hook=forcing(LONG_TRACE)):
+            if isinstance(event, TextDelta):
+                streamed.append(event.text)
+                if not restarted and len("".join(streamed)) > 120:
+                    running = [
+                        await vllm_metric(r.root, "vllm:num_requests_running") for r in replicas
+                    ]
+                    assert sorted(running) == [0, 1], running
+                    victim = replicas[running.index(1)]
+                    await asyncio.to_thread(servers_script, "kill", victim.name)
+                    restarted.append(victim)
+            elif isinstance(event, RelayDone):
+                result = event.result
+    assert restarted, "the generation ended before a replica could be killed"
+    assert result is not None
+    assert result.text == LONG_TRACE  # nothing lost, nothing written twice
+    assert "".join(streamed) == result.reasoning + result.answer
+    assert result.stats.resumes == 1
+    first = result.segments[0]
+    assert (first.model, first.ended_by, first.cue) == ("large", "cue", "Therefore,")
+    assert first.usage.requests == 2  # the cut request and its resume on the other replica
+    survivor = replicas[1 - replicas.index(restarted[0])]
+    after = await settled_metric(survivor.root, FINISHED)
+    assert after - before[replicas.index(survivor)] >= 2  # the resume and the later turns
+    resumed = [r.getMessage() for r in caplog.records if "resuming" in r.getMessage()]
+    assert len(resumed) == 1 and router_hash.url in resumed[0], resumed
+    print(f"\n{resumed[0]}\nseconds: {result.stats.total_seconds:.1f}")
