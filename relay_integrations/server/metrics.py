@@ -91,6 +91,12 @@ class RelayMetrics:
             ["outcome"],
             registry=r,
         )
+        self.resumes = Counter(
+            "relay_resumed_streams",
+            "Upstream streams that broke after sending text and went on from the text so far "
+            "(a vLLM replica lost mid-request; the log says which server)",
+            registry=r,
+        )
         self.warm_up_tokens = Counter(
             "relay_warm_up_tokens",
             "Small-model prompt tokens sent when a generation starts to fill its prefix cache "
@@ -146,6 +152,7 @@ class RelayMetrics:
         self.switches.inc(result.stats.switches)
         self.speculative.labels("used").inc(result.stats.speculative_handoffs)
         self.speculative.labels("closed").inc(result.stats.speculative_misses)
+        self.resumes.inc(result.stats.resumes)
         if (warm_up := result.stats.warm_up) is not None:
             self.warm_up_tokens.labels("prompt").inc(warm_up.prompt_tokens)
             self.warm_up_tokens.labels("cached").inc(warm_up.cached_tokens)

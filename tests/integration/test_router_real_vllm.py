@@ -12,12 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import signal
+import socket
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 import httpx
+import openai
 import pytest
 
 from relay_integrations.core import (
@@ -29,7 +35,7 @@ from relay_integrations.core import (
 )
 from relay_integrations.testing import forcing
 
-from .conftest import Replica, Server, settled_metric, vllm_metric
+from .conftest import Replica, Server, pair_options, settled_metric, vllm_metric
 from .test_relay_real_vllm import QUESTION, QWEN_TRACE, qwen_config, run
 
 pytestmark = [pytest.mark.vllm, pytest.mark.scale_out]
@@ -170,3 +176,87 @@ async def test_a_replica_killed_mid_generation_costs_a_resume_and_no_text(
     resumed = [r.getMessage() for r in caplog.records if "resuming" in r.getMessage()]
     assert len(resumed) == 1 and router_hash.url in resumed[0], resumed
     print(f"\n{resumed[0]}\nseconds: {result.stats.total_seconds:.1f}")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def served_on_router(router_hash: Server, qwen_small: Server) -> Iterator[str]:
+    """``relaygen serve --workers 2`` with the router as its large server; yields its URL, and
+    stops it with SIGTERM (it must exit 0: every worker drained)."""
+    port = free_port()
+    command = [
+        *(sys.executable, "-m", "relay_integrations.cli", "serve", "--workers", "2"),
+        *("--port", str(port), "--max-tokens", "64", "--cues", '["Therefore,", "Now"]'),
+        *pair_options(router_hash, qwen_small),
+    ]
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=log, text=True)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while not healthy(url):
+                assert process.poll() is None, f"relaygen serve exited: {read_all(log)}"
+                assert time.monotonic() < deadline, f"no /health 200 in 60 s: {read_all(log)}"
+                time.sleep(0.2)
+            yield url
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(60) == 0, read_all(log)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+
+
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def read_all(log: IO[str]) -> str:
+    log.seek(0)
+    return log.read()[-3000:]
+
+
+async def test_relaygen_serve_with_two_workers_in_front_of_the_router(
+    served_on_router: str, replicas: tuple[Replica, Replica]
+) -> None:
+    """The random models write what they like: the shape of each answer is checked, and the
+    counts (requests in the relay's one scrape of /metrics, requests at the replicas)."""
+    client = openai.AsyncOpenAI(base_url=f"{served_on_router}/v1", api_key="unused")
+    messages: Any = [{"role": "user", "content": "What is 5 + 7?"}]
+    before = await finished_per_replica(replicas)
+
+    async def whole() -> None:
+        completion = await client.chat.completions.create(model="qwen3-large", messages=messages)
+        assert completion.choices[0].finish_reason in ("stop", "length")
+        assert completion.usage is not None and completion.usage.completion_tokens > 0
+
+    async def streamed() -> None:
+        stream = await client.chat.completions.create(
+            model="qwen3-large",
+            messages=messages,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = [chunk async for chunk in stream]
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] in ("stop", "length")
+
+    await asyncio.gather(*(whole() for _ in range(4)), *(streamed() for _ in range(4)))
+    await client.close()
+
+    async with httpx.AsyncClient() as http:
+        scrape = (await http.get(f"{served_on_router}/metrics")).text
+    answered = 'relay_requests_total{path="/v1/chat/completions",status="200"} '
+    assert [
+        float(line.split()[-1]) for line in scrape.splitlines() if line.startswith(answered)
+    ] == [8.0]
+    after = await finished_per_replica(replicas)
+    assert sum(after) - sum(before) >= 8  # every generation's large requests went through
