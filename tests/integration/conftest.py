@@ -113,6 +113,13 @@ def router_rr() -> Server:
     return Server(_env("RELAY_TEST_ROUTER_RR_URL"), _env("RELAY_TEST_QWEN_LARGE_MODEL"), "")
 
 
+@pytest.fixture(scope="session")
+def speculative() -> Server:
+    """qwen3-large's model with n-gram speculative decoding (up to 3 drafted tokens a step),
+    tuned like qwen3-large (``scripts/vllm_servers.sh start qwen3-spec``)."""
+    return Server(_env("RELAY_TEST_SPEC_URL"), _env("RELAY_TEST_QWEN_LARGE_MODEL"), "")
+
+
 async def vllm_metric(root: str, name: str) -> float:
     """A vLLM metric from /metrics, summed over its labels (e.g. its model names)."""
     async with httpx.AsyncClient() as client:
