@@ -2,7 +2,8 @@
 three drafted tokens a step): one engine step may emit several tokens, so a stop string can
 fall inside a step's accepted tokens and a streamed chunk can carry several tokens. The relay
 must give the same segments as on the plain server, end each turn where vLLM ends it, and
-count the tokens vLLM counts.
+count the tokens vLLM's usage reports. The chunk that carried each turn's stop shows where a
+stop fell inside a step: its token count rose by more than one.
 
 vLLM's CPU build 0.32 kills its engine on the first sampled request when speculative
 decoding is on (top-k/top-p of uninitialised memory, vllm-project/vllm#42638), so every
@@ -16,7 +17,14 @@ import itertools
 import pytest
 from langchain_core.messages import AIMessageChunk
 
-from relay_integrations.core import RelayResult, RelaySwitcher, SamplingConfig
+from relay_integrations.core import (
+    EndpointConfig,
+    RelayConfig,
+    RelayResult,
+    RelaySwitcher,
+    SamplingConfig,
+    SwitchPolicy,
+)
 from relay_integrations.core.completion import CompletionRequest, StreamPiece
 from relay_integrations.core.config import ModelRole
 from relay_integrations.core.endpoint import Endpoint
@@ -25,17 +33,17 @@ from relay_integrations.langchain import RelayChatModel
 from relay_integrations.testing import forcing
 
 from .conftest import Server, qwen_relay_fields, settled_metric
-from .test_relay_real_vllm import qwen_config, run
+from .test_relay_real_vllm import run
 
 pytestmark = [pytest.mark.vllm, pytest.mark.speculative]
 
-# Repetitive, and in the prompt too: the n-gram drafter finds what comes next.
-REASONING = (
-    "We add one and one and one and one. Therefore, the sum is 12. Now we add one and one and "
-    "one and one again. So the check holds."
-)
-TRACE = f"<think>\n{REASONING}\n</think>\n\nThe answer is 12."
-MESSAGES = [{"role": "user", "content": f"Repeat after me: {REASONING} The answer is 12."}]
+# Digits, which the Qwen tokenizer always splits one by one, so the model's forced text has the
+# tokens of the prompt that holds it too: the n-gram drafter finds what comes next, and the
+# cue "5" (the stop " 5 ") falls inside steps of several tokens.
+COUNT = "1 2 3 4 5 6 7."
+REASONING = f"We count {COUNT} Then {COUNT} Then {COUNT}"
+TRACE = f"<think>\n{REASONING}\n</think>\n\nThe answer is 7."
+MESSAGES = [{"role": "user", "content": f"Count with me: {REASONING} The answer is 7."}]
 GREEDY = SamplingConfig(max_tokens=512, temperature=0)
 COUNTERS = (
     "vllm:generation_tokens_total",
@@ -79,9 +87,15 @@ async def relayed(
 ) -> tuple[RelayResult, dict[str, float], Chunks]:
     """A forced, greedy generation; its result, the large server's counters over it, and the
     token counts of the large model's chunks."""
-    config = qwen_config(large, small)
-    large_endpoint = config.large.model_copy(update={"max_stop_strings": stop_limit})
-    config = config.model_copy(update={"sampling": GREEDY, "large": large_endpoint})
+    config = RelayConfig(
+        large=EndpointConfig(
+            base_url=large.url, model=large.large_model, max_stop_strings=stop_limit
+        ),
+        small=EndpointConfig(base_url=small.url, model=small.small_model),
+        cues=["5"],
+        sampling=GREEDY,
+        policy=SwitchPolicy(cooldown_tokens=0),
+    )
     before = {name: await settled_metric(large.root, name) for name in COUNTERS}
     chunks = Chunks()
     endpoints: dict[ModelRole, Endpoint] = {
@@ -108,23 +122,29 @@ async def test_the_same_segments_as_without_speculation_and_vllms_token_counts(
 ) -> None:
     plain, _, _ = await relayed(qwen_large, qwen_small, stop_limit)
     drafted, counted, chunks = await relayed(speculative, qwen_small, stop_limit)
-    assert drafted.text == plain.text == TRACE
+    assert drafted.text == plain.text == TRACE  # nothing lost or written twice
     assert segments(drafted) == segments(plain)
-    assert [s.cue for s in drafted.segments if s.cue] == ["Therefore,", "Now", "So "]
-    # steps of several tokens happened: drafted tokens the model accepted
+    assert [s.text for s in drafted.segments[:2]] == ["<think>\nWe count 1 2 3 4 5", " 6 7."]
+    assert [s.cue for s in drafted.segments] == ["5", None] * 3 + [None, None]
     assert counted["vllm:spec_decode_num_accepted_tokens_total"] > 0, counted
+    # the chunk that ended a turn at " 5 " carried several tokens: one engine step's
+    assert chunks.ended_in_multi_token_chunks() >= 1, chunks.per_request
     large = drafted.usage["large"]
     assert large.prompt_tokens == counted["vllm:prompt_tokens_total"]
-    if stop_limit is None:  # every request ran to its stop: the relay counts what vLLM counts
-        assert large.completion_tokens == counted["vllm:generation_tokens_total"]
-    else:  # closed at stops found in the stream: vLLM may write a step more before it aborts
+    if stop_limit is None:
+        # vLLM's usage ends at the stop, as without speculation; its generated-token counter
+        # also counts the step's tokens after the stop, which it dropped
+        assert large.completion_tokens == plain.usage["large"].completion_tokens
+        assert large.completion_tokens <= counted["vllm:generation_tokens_total"]
+    else:  # closed at stops found in the stream: the usage of the chunk that held the stop
         assert large.cache_unreported == 3  # the three cues, each found in the stream
         assert 0 <= counted["vllm:generation_tokens_total"] - large.completion_tokens <= 4 * 3
     print(
         f"\naccepted drafted tokens: {counted['vllm:spec_decode_num_accepted_tokens_total']:g}; "
-        f"chunks carrying several tokens: {chunks.multi_token_chunks()}, "
-        f"{chunks.ended_in_multi_token_chunks()} of them with the stop; large-model tokens "
-        f"{large.completion_tokens} (vLLM: {counted['vllm:generation_tokens_total']:g})"
+        f"chunks of several tokens: {chunks.multi_token_chunks()}, "
+        f"{chunks.ended_in_multi_token_chunks()} of them ending a turn; large-model tokens: "
+        f"relay {large.completion_tokens}, vLLM's counter "
+        f"{counted['vllm:generation_tokens_total']:g}"
     )
 
 
@@ -132,13 +152,13 @@ def test_langchain_streams_through_the_speculative_server(
     speculative: Server, qwen_small: Server
 ) -> None:
     fields = qwen_relay_fields(speculative, qwen_small, request_hook=forcing(TRACE))
-    model = RelayChatModel(**{**fields, "cues": ["Therefore,", "Now", "So "], "temperature": 0})
+    model = RelayChatModel(**{**fields, "cues": ["5"], "temperature": 0})
     chunks = list(model.stream(MESSAGES))
     whole = chunks[0]
     for chunk in chunks[1:]:
         whole += chunk
     assert isinstance(whole, AIMessageChunk)
-    assert whole.content == "The answer is 12."
+    assert whole.content == "The answer is 7."
     assert whole.additional_kwargs["reasoning_content"] == REASONING
     assert whole.usage_metadata is not None and whole.usage_metadata["output_tokens"] > 0
     relay = whole.response_metadata["relay"]
