@@ -121,11 +121,13 @@ class RelayResult(BaseModel):
         return sum(u.cached_tokens for u in self.usage.values())
 
     def summary(self) -> dict[str, Any]:
-        """What adapters put beside a response: id, large-model share, switches, time, usage."""
+        """What adapters put beside a response: id, large-model share, switches, resumed
+        streams, time, usage."""
         return {
             "generation_id": self.generation_id,
             "large_share": self.stats.large_share,
             "switches": self.stats.switches,
+            "resumes": self.stats.resumes,
             "seconds": self.stats.total_seconds,
             "time_to_first_token": self.stats.time_to_first_token,
             "usage": {role: usage.model_dump() for role, usage in self.usage.items()},

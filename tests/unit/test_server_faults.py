@@ -209,6 +209,9 @@ def test_a_stream_cut_mid_way_is_resumed_and_the_answer_is_whole(upstream: Scrip
         assert (
             response.json()["usage"]["completion_tokens"] == reference["usage"]["completion_tokens"]
         )
+        assert (reference["relay"]["resumes"], response.json()["relay"]["resumes"]) == (0, 2)
+        scrape = httpx.get(f"{served.url}/metrics").text
+        assert "relay_resumed_streams_total 2.0" in scrape.splitlines()
 
         large.faults[:] = [Fault(cut_after=3)]
         status, events = streamed(served)
