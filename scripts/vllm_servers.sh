@@ -209,28 +209,11 @@ start_one() {
 }
 
 wait_one() {
-  local line="$1" name port pid t0 served
+  local line="$1" name port served t0=$SECONDS
   name="$(field "$line" 0)"; port="$(field "$line" 3)"; served="$(field "$line" 2)"
-  t0=$SECONDS
-  while true; do
-    pid="$(read_pid "$name")"
-    if answers "$port"; then
-      vllm_unpin_api_server "$EXECUTOR" "$pid"
-      say "[start] $name ready after $((SECONDS - t0))s: http://$HOST:$port/v1 (model: $served)"
-      return 0
-    fi
-    if ! pid_alive "$pid"; then
-      say "[start] $name exited during startup; last lines of $LOG_DIR/$name.log:" >&2
-      tail -n 40 "$LOG_DIR/$name.log" >&2 || true
-      return 1
-    fi
-    if ((SECONDS - t0 > START_TIMEOUT)); then
-      say "[start] $name not ready after ${START_TIMEOUT}s; last lines of $LOG_DIR/$name.log:" >&2
-      tail -n 40 "$LOG_DIR/$name.log" >&2 || true
-      return 1
-    fi
-    sleep 1
-  done
+  wait_ready "$name" "$port" || return 1
+  vllm_unpin_api_server "$EXECUTOR" "$(read_pid "$name")"
+  say "[start] $name ready after $((SECONDS - t0))s: http://$HOST:$port/v1 (model: $served)"
 }
 
 # chosen NAME...: the SERVERS and ROUTERS lines of these names (DEFAULT_SERVERS when none is
