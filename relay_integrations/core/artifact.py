@@ -20,6 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .config import ModelRole
 from .errors import CueArtifactError
 
 ARTIFACT_FORMAT = "relaygen-cues"
@@ -54,6 +55,22 @@ class ModelPair(BaseModel):
 
     large: ModelIdentity
     small: ModelIdentity
+
+    def mismatch(self, role: ModelRole, served: str, root: str | None = None) -> str | None:
+        """Why a server's model is not this pair's `role` model, or None when it is.
+
+        `served` is the model's ``/v1/models`` id, `root` the model it was loaded from::
+
+            pair.mismatch("large", "qwen3-32b", "/models/Qwen3-32B")  # None
+            pair.mismatch("small", "tiny")  # "calibrated for small model 'Qwen/Qwen3-1.7B', ..."
+        """
+        identity = self.large if role == "large" else self.small
+        if identity.matches(served) or (root is not None and identity.matches(root)):
+            return None
+        return (
+            f"calibrated for {role} model {identity.model!r}, but the {role} endpoint serves "
+            f"{root or served!r}"
+        )
 
 
 class CueStatistics(BaseModel):

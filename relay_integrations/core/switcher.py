@@ -175,7 +175,7 @@ class RelaySwitcher(AsyncClosing):
                     async for delta in run.turn(
                         "small",
                         decide=self._after_small,
-                        stops=self._small_stops,
+                        stops=lambda: self.reasoning_stops("small"),
                         cap=policy.max_small_tokens,
                         anticipate=self._before_sentence_end(run),
                     ):
@@ -213,17 +213,20 @@ class RelaySwitcher(AsyncClosing):
             yield delta
         yield RelayDone(run.result("length" if finish == "length" else "stop"))
 
+    def reasoning_stops(self, role: ModelRole) -> tuple[str, ...]:
+        """The stop strings of `role`'s turns in the reasoning (the end of reasoning, then the
+        cues or the sentence ends), most important first: a server that takes only a few gets
+        the end of reasoning (the endpoint finds the others past its limit in the stream)."""
+        if role == "small":
+            return (self.config.markers.end, *SENTENCE_STOPS)
+        return (self.config.markers.end, *self.cues.stop_strings)
+
     def _large_stops(self, run: Generation) -> tuple[str, ...]:
-        """Most important first: a server that takes only a few gets the end of reasoning
-        (the endpoint finds the cues past its limit in the stream)."""
         if run.phase == "answer":  # the model answered without reasoning: no switching
             return ()
         if not run.small_available:
             return (self.config.markers.end,)
-        return (self.config.markers.end, *self.cues.stop_strings)
-
-    def _small_stops(self) -> tuple[str, ...]:
-        return (self.config.markers.end, *SENTENCE_STOPS)
+        return self.reasoning_stops("large")
 
     def _before_cue(self, run: Generation) -> Anticipate | None:
         """The small turn, when the large model's text ends one token short of a cue."""
@@ -240,7 +243,9 @@ class RelaySwitcher(AsyncClosing):
             if cue is None:
                 return None
             cap = policy.max_small_tokens
-            return NextTurn("small", self._small_stops(), cue.completion, cue.confirmed_by, cap)
+            return NextTurn(
+                "small", self.reasoning_stops("small"), cue.completion, cue.confirmed_by, cap
+            )
 
         return anticipate
 
@@ -304,16 +309,13 @@ class RelaySwitcher(AsyncClosing):
         endpoint = self.endpoints[role]
         info = await endpoint.model_info()  # fetched once per endpoint, then cached
         pair = self.cues.model_pair
-        if pair is not None and not self.config.allow_model_mismatch:
-            identity = pair.large if role == "large" else pair.small
-            served = info.root or info.id
-            if not (identity.matches(served) or identity.matches(info.id)):
-                raise CueArtifactError(
-                    self.cues.source,
-                    f"calibrated for {role} model {identity.model!r}, but the {role} endpoint "
-                    f"serves {served!r}. Calibrate this pair (relaygen calibrate) or set "
-                    "allow_model_mismatch=True to use it anyway.",
-                )
+        mismatch = pair.mismatch(role, info.id, info.root) if pair is not None else None
+        if mismatch is not None and not self.config.allow_model_mismatch:
+            raise CueArtifactError(
+                self.cues.source,
+                f"{mismatch}. Calibrate this pair (relaygen calibrate) or set "
+                "allow_model_mismatch=True to use it anyway.",
+            )
         return await self.renderer.render(endpoint, chat), info.max_model_len
 
 
