@@ -95,7 +95,11 @@ class ScriptedModel:
     costing their append time. ``tokens_per_chunk``: tokens a streamed chunk carries (vLLM
     merges the tokens of the steps a slow client has not read yet into one chunk; with
     ``latency`` it does so too). ``max_stop_strings``: vLLM's
-    ``VLLM_MAX_STOP_STRINGS`` (4 by default there; None: no cap). ``faults``: what the next
+    ``VLLM_MAX_STOP_STRINGS`` (4 by default there; None: no cap). ``chat_template``: how
+    ``/tokenize`` renders its chats (messages, thinking, tools; Qwen3's by default).
+    ``reports_cached_tokens``: usage carries ``prompt_tokens_details`` (vLLM's
+    ``--enable-prompt-tokens-details``); ``prefix_caching`` off: nothing is ever cached
+    (``--no-enable-prefix-caching``). ``faults``: what the next
     requests get instead (:class:`Fault`). ``requests``, ``headers``: every request's body and
     headers, for tests to read; ``memory`` keeps only the last that many of them (None: all),
     so that a long benchmark run does not grow. Cached tokens are counted as vLLM's prefix
@@ -108,6 +112,11 @@ class ScriptedModel:
     token_delay: float = 0.0
     tokens_per_chunk: int = 1
     max_stop_strings: int | None = None
+    chat_template: Callable[[list[dict[str, Any]], bool, list[dict[str, Any]] | None], str] = (
+        render_chat
+    )
+    reports_cached_tokens: bool = True
+    prefix_caching: bool = True
     respond: Callable[[str, dict[str, Any]], str] | None = None
     memory: int | None = None
     faults: list[Fault] = field(default_factory=list)
@@ -134,6 +143,8 @@ class ScriptedModel:
         prefix of a sequence seen before (a prompt and what was written after it), short of
         the last token, which is always computed. The prompt is remembered."""
         cached, key = 0, 0
+        if not self.prefix_caching:
+            return 0
         for start in range(0, (len(prompt_tokens) - 1) // CACHE_BLOCK * CACHE_BLOCK, CACHE_BLOCK):
             key = hash((key, *prompt_tokens[start : start + CACHE_BLOCK]))
             if key not in self._cached_blocks:
@@ -250,12 +261,12 @@ class ScriptedVLLM:
     async def _tokenize(self, request: Request) -> Response:
         body = await request.json()
         thinking = (body.get("chat_template_kwargs") or {}).get("enable_thinking", True)
+        model = self.models[body["model"]]
         if "messages" in body:
-            text = render_chat(body["messages"], thinking, body.get("tools"))
+            text = model.chat_template(body["messages"], thinking, body.get("tools"))
         else:
             text = body["prompt"]
         ids = self._ids(tokenize(text))
-        model = self.models[body["model"]]
         model.renders += 1
         return JSONResponse(
             {"count": len(ids), "max_model_len": model.max_model_len, "tokens": ids}
@@ -345,7 +356,9 @@ class ScriptedVLLM:
             "prompt_tokens": len(prompt_tokens),
             "completion_tokens": n,
             "total_tokens": len(prompt_tokens) + n,
-            "prompt_tokens_details": {"cached_tokens": cached},
+            "prompt_tokens_details": {"cached_tokens": cached}
+            if model.reports_cached_tokens
+            else None,
         }
 
     async def _stream(
