@@ -4,6 +4,7 @@
     relaygen calibrate --problems amc23.jsonl --samples 4 --large-url ... --small-url ...
     relaygen serve --large-url ... --small-url ... --cues cues.json --port 9000
     relaygen bench --problems aime24.jsonl --samples 4 --out bench/ --large-url ... --small-url ...
+    relaygen check --large-url ... --large-model ... --small-url ... --small-model ...
 
 Every endpoint option can come from the environment instead (``RELAY_LARGE__BASE_URL``, ...
 see :meth:`~relay_integrations.core.config.RelayConfig.from_env`).
@@ -14,7 +15,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from . import bench, calibrate, generate, serve
+from . import bench, calibrate, check, generate, serve
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -24,6 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     calibrate.add_parser(commands)
     serve.add_parser(commands)
     bench.add_parser(commands)
+    check.add_parser(commands)
     args = parser.parse_args(argv)
     try:
         code: int = args.run(args)

@@ -36,13 +36,18 @@ def endpoint_values(
 def add_relay_options(parser: argparse.ArgumentParser) -> None:
     """Endpoints, cue set and sampling of a relay (``relaygen generate``, ``relaygen serve``)."""
     add_endpoint_options(parser, "large", "small")
+    add_cue_options(parser)
+    add_sampling_options(parser, budget="budget for reasoning plus answer")
+
+
+def add_cue_options(parser: argparse.ArgumentParser) -> None:
+    """``--cues`` and ``--allow-model-mismatch``."""
     parser.add_argument("--cues", help="cue artifact path, builtin:NAME, or a JSON list of cues")
     parser.add_argument(
         "--allow-model-mismatch",
         action="store_true",
         help="use a cue artifact calibrated for another model pair",
     )
-    add_sampling_options(parser, budget="budget for reasoning plus answer")
 
 
 _INTEGER_SAMPLING = ("top_k", "seed", "max_tokens")

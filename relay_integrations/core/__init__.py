@@ -1,4 +1,5 @@
-"""The relay core: configuration, cue sets, prompt rendering, endpoints and the switcher.
+"""The relay core: configuration, cue sets, prompt rendering, endpoints, the switcher, and the
+check of a pair of servers.
 
 It knows nothing of LangChain, LlamaIndex or HTTP servers; the adapters translate to and
 from the types exported here.
@@ -41,10 +42,12 @@ from .result import (
     TextDelta,
 )
 from .sentences import find_sentence_end, is_sentence_end
+from .server_check import CheckItem, ServerReport, check_servers, check_servers_sync
 from .switcher import RelaySwitcher
 
 __all__ = [
     "ChatInput",
+    "CheckItem",
     "ContextOverflowError",
     "CueArtifact",
     "CueArtifactError",
@@ -74,9 +77,12 @@ __all__ = [
     "Segment",
     "SegmentDone",
     "ServerChatTemplate",
+    "ServerReport",
     "SwitchPolicy",
     "TextDelta",
     "builtin_artifact_names",
+    "check_servers",
+    "check_servers_sync",
     "find_sentence_end",
     "is_sentence_end",
     "load_artifact",
