@@ -17,8 +17,6 @@ import json
 import sys
 from typing import Any, TextIO
 
-from pydantic import ValidationError
-
 from ..core import (
     RelayConfig,
     RelayDone,
@@ -54,7 +52,7 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         config = relay_config(args)
-    except (ValidationError, RelayError) as exc:
+    except (ValueError, RelayError) as exc:  # pydantic's ValidationError is a ValueError
         print(f"relaygen: configuration error: {exc}", file=sys.stderr)
         return 2
     try:

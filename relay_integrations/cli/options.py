@@ -82,8 +82,21 @@ def relay_config(args: argparse.Namespace) -> RelayConfig:
     for role in ("large", "small"):
         values[role] = endpoint_values(args, values, role)
     if args.cues:
-        values["cues"] = json.loads(args.cues) if args.cues.lstrip()[:1] == "[" else args.cues
+        values["cues"] = _cues(args.cues)
     if args.allow_model_mismatch:
         values["allow_model_mismatch"] = True
     values["sampling"] = sampling_values(args, values)
     return RelayConfig.model_validate(values)
+
+
+def _cues(option: str) -> object:
+    """--cues: a JSON list of cues, or an artifact path or builtin:NAME (as it is)."""
+    if option.lstrip()[:1] != "[":
+        return option
+    try:
+        return json.loads(option)
+    except json.JSONDecodeError as bad:
+        raise ValueError(
+            f"--cues {option!r} is not a JSON list ({bad.msg} at character {bad.pos}): give "
+            """a list such as '["Therefore,", "Now"]', an artifact path or builtin:NAME"""
+        ) from bad

@@ -15,8 +15,6 @@ import argparse
 import sys
 from typing import Any
 
-from pydantic import ValidationError
-
 from ..core.errors import RelayError
 from .options import add_relay_options, relay_config
 
@@ -102,8 +100,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = relay_config(args)
         settings = ServerSettings.from_env(**{name: getattr(args, name) for name in fields})
+    except (ValueError, RelayError) as exc:  # pydantic's ValidationError is a ValueError
+        print(f"relaygen serve: configuration error: {exc}", file=sys.stderr)
+        return 2
+    try:
         serve(config, settings)
-    except (ValidationError, RelayError) as exc:
+    except RelayError as exc:  # a cue file that does not load, workers that cannot start
         print(f"relaygen serve: configuration error: {exc}", file=sys.stderr)
         return 2
     return 0

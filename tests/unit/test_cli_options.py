@@ -1,4 +1,4 @@
-"""The relaygen commands' sampling options: every SamplingConfig field, checked by it."""
+"""The relaygen commands' options: every SamplingConfig field, checked by it; --cues."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 import pytest
 from pydantic import ValidationError
 
+from relay_integrations.cli import main
 from relay_integrations.cli.options import add_relay_options, relay_config
 
 ENDPOINTS = ["--large-url", "http://a/v1", "--large-model", "l"]
@@ -36,3 +37,13 @@ def test_every_sampling_field_is_an_option(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_value_out_of_vllms_range_is_refused_naming_the_field() -> None:
     with pytest.raises(ValidationError, match="presence_penalty"):
         relay_config(parse("--presence-penalty", "5"))
+
+
+@pytest.mark.parametrize("command", ["generate", "serve"])
+def test_a_malformed_cue_list_is_a_configuration_error_naming_the_fix(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([command, *ENDPOINTS, "--cues", '["Now"']) == 2  # before any request
+    error = capsys.readouterr().err
+    assert "configuration error: --cues '[\"Now\"' is not a JSON list" in error
+    assert "an artifact path or builtin:NAME" in error and "Traceback" not in error
