@@ -388,9 +388,9 @@ class _Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def abort(self) -> None:
-        """Drop the connection at once. A FIN goes out first where the transport can send one:
-        vLLM's server (uvicorn) reliably aborts a streaming request on the end of its input,
-        not on a bare reset (measured: 20 of 20 against 12 of 20)."""
+        """Drop the connection at once. A FIN goes out first where the transport can send one,
+        then the reset: vLLM's server (uvicorn) aborts a streaming request on the end of its
+        input (46 of 46 measured, see docs/relay-core.md)."""
         self.closed = True
         if self._timer is not None:
             self._timer.cancel()

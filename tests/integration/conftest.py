@@ -9,8 +9,11 @@ CI), where a missing server is a failure.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -142,6 +145,26 @@ async def settled_metric(root: str, name: str) -> float:
 async def running_requests(root: str) -> float:
     """vLLM's gauge of requests being generated."""
     return await vllm_metric(root, "vllm:num_requests_running")
+
+
+def connections_to(url: str) -> int:
+    """This process's open TCP connections to the server of `url` (Linux: /proc)."""
+    port = urlsplit(url).port
+    own = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                own.add(target[len("socket:[") : -1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+                established = fields[3] == "01"
+                count += remote_port == port and established and fields[9] in own
+    return count
 
 
 def pair_options(large: Server, small: Server) -> list[str]:
