@@ -163,3 +163,30 @@ def _print_stats(out: TextIO, result: RelayResult) -> None:
             file=out,
         )
     print(json.dumps({"segments": [(s.model, s.ended_by) for s in result.segments]}), file=out)
+    print(what_happened(result), file=out)
+
+
+def what_happened(result: RelayResult) -> str:
+    """The generation in two sentences: the hand-offs and their cues, the small model's share.
+
+    >>> print(what_happened(result))  # doctest: +SKIP
+    In short: the small model took over 2 times mid-reasoning, after "So " and "Now", each
+    time finishing the sentence and handing back; it also wrote the answer. It wrote 31.5% of
+    the tokens.
+    """
+    cues = [s.cue for s in result.segments if s.ended_by == "cue" and s.cue is not None]
+    answered = any(s.model == "small" and s.phase == "answer" for s in result.segments)
+    if cues:
+        quoted = [json.dumps(cue) for cue in cues]
+        after = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+        times = "once" if len(cues) == 1 else f"{len(cues)} times"
+        story = (
+            f"the small model took over {times} mid-reasoning, after {after}, each time "
+            "finishing the sentence and handing back"
+        )
+        story += "; it also wrote the answer" if answered else ""
+    else:
+        story = "the large model wrote no cue, so it wrote all of the reasoning"
+        story += "; the small model wrote the answer" if answered else ""
+    share = 1 - result.stats.large_share
+    return f"In short: {story}. The small model wrote {share:.1%} of the tokens."
