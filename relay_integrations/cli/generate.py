@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import sys
+from collections import Counter
 from typing import Any, TextIO
 
 from ..core import (
@@ -170,23 +171,29 @@ def what_happened(result: RelayResult) -> str:
     """The generation in two sentences: the hand-offs and their cues, the small model's share.
 
     >>> print(what_happened(result))  # doctest: +SKIP
-    In short: the small model took over 2 times mid-reasoning, after "So " and "Now", each
-    time finishing the sentence and handing back; it also wrote the answer. It wrote 31.5% of
-    the tokens.
+    In short: the small model took over 3 times mid-reasoning, after "Now" (twice) and
+    "So " (once), each time finishing the sentence and handing back; it also wrote the answer.
+    The small model wrote 31.5% of the tokens.
     """
-    cues = [s.cue for s in result.segments if s.ended_by == "cue" and s.cue is not None]
+    cues = Counter(s.cue for s in result.segments if s.ended_by == "cue" and s.cue is not None)
     answered = any(s.model == "small" and s.phase == "answer" for s in result.segments)
-    if cues:
-        quoted = [json.dumps(cue) for cue in cues]
-        after = quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
-        times = "once" if len(cues) == 1 else f"{len(cues)} times"
-        story = (
-            f"the small model took over {times} mid-reasoning, after {after}, each time "
-            "finishing the sentence and handing back"
+    switches = sum(cues.values())
+    if switches:
+        named = [f"{json.dumps(cue)} ({_times(count)})" for cue, count in cues.items()]
+        after = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
+        each = (
+            "each time finishing the sentence and handing back"
+            if switches > 1
+            else "finished the sentence and handed back"
         )
+        story = f"the small model took over {_times(switches)} mid-reasoning, after {after}, {each}"
         story += "; it also wrote the answer" if answered else ""
     else:
         story = "the large model wrote no cue, so it wrote all of the reasoning"
         story += "; the small model wrote the answer" if answered else ""
     share = 1 - result.stats.large_share
     return f"In short: {story}. The small model wrote {share:.1%} of the tokens."
+
+
+def _times(count: int) -> str:
+    return {1: "once", 2: "twice"}.get(count, f"{count} times")

@@ -37,8 +37,9 @@ def test_the_closing_lines_name_each_hand_off_and_its_cue(
     assert "[L Let me see. Therefore,][S  the sum is 4.][L  Then we go on. Now][S  we check" in out
     assert "switches:          2" in out
     assert out.rstrip().endswith(
-        'In short: the small model took over 2 times mid-reasoning, after "Therefore," and '
-        '"Now", each time finishing the sentence and handing back; it also wrote the answer. '
+        'In short: the small model took over twice mid-reasoning, after "Therefore," (once) '
+        'and "Now" (once), each time finishing the sentence and handing back; it also wrote '
+        "the answer. "
         "The small model wrote 42.2% of the tokens."  # 19 of 45 tokens
     ), out
 
@@ -47,3 +48,18 @@ def test_without_a_cue_the_closing_lines_say_so(capsys: pytest.CaptureFixture[st
     out = generate("<think>\nLet me see. It is 4.\n</think>\n\nThe answer is 4.", capsys)
     assert "In short: the large model wrote no cue, so it wrote all of the reasoning; the " in out
     assert "small model wrote the answer. The small model wrote" in out
+
+
+def test_a_cue_written_again_is_counted_not_repeated(capsys: pytest.CaptureFixture[str]) -> None:
+    trace = (
+        "<think>\nLet me see. Now we add. Then we go on. Now we check. Then we go on. "
+        "Therefore, it is 4. Then we go on. Now we stop.\n</think>\n\n4."
+    )
+    out = generate(trace, capsys)
+    assert 'took over 4 times mid-reasoning, after "Now" (3 times) and "Therefore," (once),' in out
+
+
+def test_one_hand_off_reads_as_one(capsys: pytest.CaptureFixture[str]) -> None:
+    out = generate("<think>\nLet me see. Now we check it.\n</think>\n\nIt is 4.", capsys)
+    assert 'took over once mid-reasoning, after "Now" (once), finished the sentence and ' in out
+    assert "handed back; it also wrote the answer." in out
