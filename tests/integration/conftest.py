@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -165,6 +167,17 @@ def connections_to(url: str) -> int:
                 established = fields[3] == "01"
                 count += remote_port == port and established and fields[9] in own
     return count
+
+
+def relaygen(command: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``relaygen COMMAND ARGS...`` in a process of its own; its output, not raised."""
+    return subprocess.run(
+        [sys.executable, "-m", "relay_integrations.cli", command, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def pair_options(large: Server, small: Server) -> list[str]:

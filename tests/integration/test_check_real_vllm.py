@@ -4,15 +4,13 @@ templates are told apart."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from relay_integrations.core import EndpointConfig, RelayConfig, ServerReport, check_servers
 
-from .conftest import Server, pair_options
+from .conftest import Server, pair_options, relaygen
 
 pytestmark = pytest.mark.vllm
 
@@ -20,16 +18,6 @@ CUES = '["Therefore,", "Now"]'
 GEMMA_SMOLLM2_CUES = (
     Path(__file__).parents[2] / "examples/calibration-math500-gemma3-smollm2/cues.json"
 )
-
-
-def relaygen_check(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "relay_integrations.cli", "check", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def config(large: Server, small: Server, cues: str | list[str]) -> RelayConfig:
@@ -41,13 +29,13 @@ def config(large: Server, small: Server, cues: str | list[str]) -> RelayConfig:
 
 
 def test_the_tuned_pair_is_all_ok(qwen_large: Server, qwen_small: Server) -> None:
-    done = relaygen_check(*pair_options(qwen_large, qwen_small), "--cues", CUES, "--json")
+    done = relaygen("check", *pair_options(qwen_large, qwen_small), "--cues", CUES, "--json")
     assert done.returncode == 0, done.stderr
     report = ServerReport.model_validate_json(done.stdout)
     assert [i for i in report.items if i.status != "ok"] == []
     # about 500 prompt tokens (its id tokenizes to a varying count): three whole 128-token blocks
     assert " 384 tokens came from the prefix cache" in report.item("prefix_caching", "large").found
-    printed = relaygen_check(*pair_options(qwen_large, qwen_small), "--cues", CUES)
+    printed = relaygen("check", *pair_options(qwen_large, qwen_small), "--cues", CUES)
     assert printed.returncode == 0, printed.stderr
     assert printed.stdout.rstrip().endswith("nothing would break the relay (0 warnings, 0 unknown)")
 

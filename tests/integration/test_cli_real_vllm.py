@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from relay_integrations.core import RelayResult
 
-from .conftest import Server, pair_options
+from .conftest import Server, pair_options, relaygen
 
 pytestmark = pytest.mark.vllm
 
 
-def relaygen(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "relay_integrations.cli", "generate", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_generate_prints_a_result(qwen_large: Server, qwen_small: Server) -> None:
     done = relaygen(
+        "generate",
         "What is 2 + 2?",
         "--json",
         "--max-tokens",
@@ -44,10 +32,10 @@ def test_generate_prints_a_result(qwen_large: Server, qwen_small: Server) -> Non
 
 
 def test_errors_say_what_to_fix(qwen_large: Server) -> None:
-    missing = relaygen("hi", "--large-url", qwen_large.url, "--large-model", "x")
+    missing = relaygen("generate", "hi", "--large-url", qwen_large.url, "--large-model", "x")
     assert missing.returncode == 2 and "--small-url" in missing.stderr
     same_model_twice = Server(qwen_large.url, "", small_model=qwen_large.large_model)
-    wrong_pair = relaygen("hi", *pair_options(qwen_large, same_model_twice))
+    wrong_pair = relaygen("generate", "hi", *pair_options(qwen_large, same_model_twice))
     assert wrong_pair.returncode == 1
     assert "calibrated for large model 'Qwen/Qwen3-32B'" in wrong_pair.stderr
     assert "Traceback" not in wrong_pair.stderr
