@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,8 +19,8 @@ import pytest
 
 from relay_integrations.testing.capable_model import CAPABLE_CUES, capable_server
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
+from tests.fakes.chat_stream import stream_in_thread
 
-QUESTION = {"role": "user", "content": "What is 7 * 6?"}
 EXITED_ON_SIGTERM = (0, -signal.SIGTERM)  # uvicorn re-raises the signal after its shutdown
 
 
@@ -70,32 +69,11 @@ def relaygen_serve(
         process.wait(10)
 
 
-def stream_in_thread(url: str, outcome: dict[str, Any]) -> threading.Thread:
-    """Stream one completion in a thread; `outcome` gets the lines and how it ended."""
-    body = {"model": "large", "messages": [QUESTION], "stream": True}
-    outcome["lines"] = []
-    outcome["started"] = threading.Event()
-
-    def run() -> None:
-        try:
-            with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
-                for line in r.iter_lines():
-                    if line.startswith("data: "):
-                        outcome["lines"].append(line.removeprefix("data: "))
-                        outcome["started"].set()
-        except httpx.HTTPError as error:
-            outcome["error"] = error
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
-
-
 def test_sigterm_lets_a_stream_finish_and_refuses_new_connections() -> None:
     upstream = capable_server(token_delay=0.03)  # about 2 s per generation
     with serving(upstream), relaygen_serve(upstream, "--shutdown-timeout", "20") as (process, url):
         outcome: dict[str, Any] = {}
-        thread = stream_in_thread(url, outcome)
+        thread = stream_in_thread(httpx.Client(base_url=url, timeout=60), outcome)
         assert outcome["started"].wait(10)
         process.send_signal(signal.SIGTERM)
         time.sleep(0.5)
@@ -124,7 +102,7 @@ def test_a_stream_past_the_shutdown_deadline_is_cut_and_its_upstream_cancelled()
     upstream = capable_server(token_delay=0.3)  # about 20 s per generation
     with serving(upstream), relaygen_serve(upstream, "--shutdown-timeout", "1") as (process, url):
         outcome: dict[str, Any] = {}
-        thread = stream_in_thread(url, outcome)
+        thread = stream_in_thread(httpx.Client(base_url=url, timeout=60), outcome)
         assert outcome["started"].wait(10)
         signalled = time.monotonic()
         process.send_signal(signal.SIGTERM)

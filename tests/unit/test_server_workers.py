@@ -29,8 +29,8 @@ from relay_integrations.server import ServerSettings
 from relay_integrations.server.workers import WorkerStartError, serve_workers
 from relay_integrations.testing.capable_model import CAPABLE_CUES, capable_server
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
+from tests.fakes.chat_stream import QUESTION, stream_in_thread, streamed_content
 
-QUESTION = {"role": "user", "content": "What is 7 * 6?"}
 MESSAGES: Any = [QUESTION]  # what the openai client is sent
 ANSWER = "The answer is 42."
 CHAT = "/v1/chat/completions"
@@ -199,32 +199,6 @@ def test_requests_reach_both_workers_and_every_scrape_counts_all_of_them() -> No
             assert counted(metrics, "relay_inflight_generations") == 0
 
 
-def stream_on(client: httpx.Client, outcome: dict[str, Any]) -> threading.Thread:
-    """Stream one completion on `client`'s connection in a thread; `outcome` gets its lines."""
-    body = {"model": "large", "messages": [QUESTION], "stream": True}
-    outcome["lines"] = []
-    outcome["started"] = threading.Event()
-
-    def run() -> None:
-        try:
-            with client.stream("POST", CHAT, json=body) as response:
-                for line in response.iter_lines():
-                    if line.startswith("data: "):
-                        outcome["lines"].append(line.removeprefix("data: "))
-                        outcome["started"].set()
-        except httpx.HTTPError as error:
-            outcome["error"] = error
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
-
-
-def streamed_content(lines: list[str]) -> str:
-    chunks = [json.loads(line) for line in lines if line != "[DONE]"]
-    return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
-
-
 def test_sigterm_lets_a_stream_on_each_worker_finish_then_every_process_exits() -> None:
     upstream = capable_server(token_delay=0.03)  # about 2 s per generation
     with (
@@ -247,7 +221,7 @@ def test_sigterm_lets_a_stream_on_each_worker_finish_then_every_process_exits() 
                 break
         assert len(connections) == 2
         outcomes: dict[int, dict[str, Any]] = {pid: {} for pid in connections}
-        threads = [stream_on(connections[pid], outcomes[pid]) for pid in connections]
+        threads = [stream_in_thread(connections[pid], outcomes[pid]) for pid in connections]
         assert all(outcome["started"].wait(10) for outcome in outcomes.values())
         served.process.send_signal(signal.SIGTERM)
         time.sleep(0.5)
