@@ -35,7 +35,7 @@ from relay_integrations.core import (
 )
 from relay_integrations.testing import forcing
 
-from .conftest import Replica, Server, pair_options, settled_metric, vllm_metric
+from .conftest import Replica, Server, pair_options, running_requests, settled_metric
 from .test_relay_real_vllm import QUESTION, QWEN_TRACE, qwen_config, run
 
 pytestmark = [pytest.mark.vllm, pytest.mark.scale_out]
@@ -104,8 +104,8 @@ async def test_consistent_hash_keeps_a_generation_on_one_replica_and_its_cache(
 
 
 LONG_REASONING = " ".join(
-    f"Step {i}: we add the next part and keep the running total in mind." for i in range(8)
-)
+    f"Step {i}: we add the next part and keep the running total in mind." for i in range(12)
+)  # some 500 forced tokens (~15 s on CPU): still being written while the test finds its replica
 LONG_TRACE = (
     f"<think>\n{LONG_REASONING} Therefore, the sum is 12. Then the check holds.\n</think>\n\n"
     "The answer is 12."
@@ -120,6 +120,18 @@ async def workers_healthy(router: Server) -> bool:
     async with httpx.AsyncClient(timeout=5) as client:
         workers = (await client.get(f"{router.root}/workers")).json()["workers"]
     return len(workers) == 2 and all(worker["is_healthy"] for worker in workers)
+
+
+async def replica_writing(replicas: tuple[Replica, Replica]) -> Replica:
+    """The one replica generating a request, as soon as its gauge shows it (vLLM sets the
+    gauge after an engine step, so a loaded machine can read it a moment late)."""
+    deadline = time.monotonic() + 5
+    while True:
+        running = [await running_requests(replica.root) for replica in replicas]
+        if sorted(running) == [0, 1]:
+            return replicas[running.index(1)]
+        assert time.monotonic() < deadline, f"no one replica was generating: {running}"
+        await asyncio.sleep(0.1)
 
 
 @pytest.fixture
@@ -143,7 +155,7 @@ async def test_a_replica_killed_mid_generation_costs_a_resume_and_no_text(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     config = qwen_config(router_hash, qwen_small)
-    config = config.model_copy(update={"sampling": SamplingConfig(max_tokens=1024, seed=0)})
+    config = config.model_copy(update={"sampling": SamplingConfig(max_tokens=2048, seed=0)})
     before = await finished_per_replica(replicas)
     streamed: list[str] = []
     result: RelayResult | None = None
@@ -153,11 +165,7 @@ async def test_a_replica_killed_mid_generation_costs_a_resume_and_no_text(
             if isinstance(event, TextDelta):
                 streamed.append(event.text)
                 if not restarted and len("".join(streamed)) > 120:
-                    running = [
-                        await vllm_metric(r.root, "vllm:num_requests_running") for r in replicas
-                    ]
-                    assert sorted(running) == [0, 1], running
-                    victim = replicas[running.index(1)]
+                    victim = await replica_writing(replicas)
                     await asyncio.to_thread(servers_script, "kill", victim.name)
                     restarted.append(victim)
             elif isinstance(event, RelayDone):
