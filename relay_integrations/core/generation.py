@@ -1,18 +1,21 @@
-"""The state of one relay generation, and the turns in which one model writes.
+"""The state of one relay generation, and how it plays a turn of the method (:mod:`.turns`).
 
 A turn is what the method calls a segment: one model writing until something hands control
 on. It may take several requests (a false sentence end, a stream that broke and resumed), but
 every request's prompt is the model's rendered prefix plus the transcript so far, so the
-server's prefix cache prefills only what that model has not seen.
+server's prefix cache prefills only what that model has not seen::
+
+    async for event in run.play(turn):  # its text as it arrives, then its SegmentDone
+        ...
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from .config import CONTEXT_MARGIN, ModelRole, Phase, RelayConfig, RequestHook, SamplingConfig
@@ -23,7 +26,6 @@ from .endpoint import (
     StreamPiece,
     UpstreamFailure,
 )
-from .head_start import HeadStart, NextTurn
 from .reasoning import PromptReasoning, Releaser, split_reasoning, starts_with
 from .rendering import RenderedPrompt
 from .result import (
@@ -32,46 +34,16 @@ from .result import (
     RelayResult,
     RelayStats,
     Segment,
+    SegmentDone,
     SegmentEnd,
     TextDelta,
 )
+from .speculative_handoff import SpeculativeHandoff
+from .turns import WRITE_ON, HandoffForecast, RequestEnd, Turn, TurnDecision
 from .upstream_errors import explain_broken_stream
 from .warm_up import PromptWarmUp
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RequestEnd:
-    """How one request ended, as the turn's decision function sees it: the server's finish
-    and stop reasons, the turn's tokens so far, and the transcript and phase it left."""
-
-    finish_reason: str | None
-    stop_reason: str | int | None
-    turn_tokens: int
-    transcript: str
-    phase: Phase
-
-
-@dataclass(frozen=True)
-class TurnDecision:
-    """What a request's end means for its turn, as a value the turn applies: how the turn
-    ended (None: the model writes on), where to cut the transcript first (the hand-off point
-    of a cue, the end of a sentence), and the cue that handed off."""
-
-    ended: SegmentEnd | None
-    cut: int | None = None
-    cue: str | None = None
-
-
-WRITE_ON = TurnDecision(None)
-
-Decide = Callable[[RequestEnd], TurnDecision]
-"""Decides, after each request of a turn, how the turn ended."""
-
-Anticipate = Callable[[int], NextTurn | None]
-"""Given the turn's tokens once the next one arrives: the turn that follows if that token
-confirms a hand-off at the end of the transcript, else None (see :mod:`.head_start`)."""
 
 
 class Generation:
@@ -88,8 +60,13 @@ class Generation:
         sampling: SamplingConfig,
         request_hook: RequestHook | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        answer_stops: Sequence[str] = (),
+        answer_extra_body: Mapping[str, Any] | None = None,
         started: float | None = None,
     ) -> None:
+        """`prompts` holds the models that serve this generation (no small model's prompt:
+        the large model writes everything). `answer_stops` and `answer_extra_body` apply to
+        the answer's requests only."""
         self.id = generation_id
         self.config = config
         self.endpoints = endpoints
@@ -98,10 +75,12 @@ class Generation:
         self.sampling = sampling
         self.request_hook = request_hook
         self.extra_body = dict(extra_body or {})
+        self.answer_stops = tuple(answer_stops)
+        self.answer_extra_body = dict(answer_extra_body or {})
         self.mode = PromptReasoning.of(prompts["large"].text, config.markers)
         self.transcript = ""
         self.phase: Phase = "answer" if self.mode is PromptReasoning.CLOSED else "reasoning"
-        self.small_available = True
+        self.small_available = "small" in prompts
         self.segments: list[Segment] = []
         self.usage = {"large": ModelUsage(), "small": ModelUsage()}
         self.reasoning_tokens = 0
@@ -112,7 +91,7 @@ class Generation:
         self.speculative_handoffs = 0  # hand-offs whose request was opened ahead and used
         self.speculative_misses = 0  # requests opened ahead and closed unused
         self.resumes = 0  # streams that broke mid-way and went on from the text so far
-        self._ahead: HeadStart | None = None
+        self._handoff: SpeculativeHandoff | None = None
         self._warm_up: PromptWarmUp | None = None
         self._releaser = self._new_releaser()
 
@@ -139,93 +118,102 @@ class Generation:
             room = min(room, policy.max_reasoning_tokens - self.reasoning_tokens)
         return room
 
-    def close_reasoning(self) -> None:
-        """End the reasoning on the model's behalf (reasoning limit, or it stopped unclosed)."""
-        self.transcript = self.transcript.rstrip() + "\n" + self.config.markers.end
-
-    def end_reasoning(self) -> None:
-        """The reasoning ended at the end of the transcript: the answer phase starts."""
+    def end_reasoning(self, marker_written: bool) -> list[TextDelta]:
+        """The reasoning is over: close it on the model's behalf unless it wrote the end
+        marker (the reasoning budget, or it stopped unclosed), release what was held back,
+        and start the answer phase. Returns the text released."""
+        if not marker_written:
+            self.transcript = self.transcript.rstrip() + "\n" + self.config.markers.end
+        released = self.flush(self.segments[-1].model)
         self.phase = "answer"
         self._releaser = self._new_releaser()
+        return released
 
-    async def turn(
-        self,
-        role: ModelRole,
-        *,
-        decide: Decide,
-        stops: Callable[[], Sequence[str]],
-        cap: int | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        anticipate: Anticipate | None = None,
-    ) -> AsyncIterator[TextDelta]:
-        """Let `role` write until `decide` ends the turn; yields visible text as it arrives.
+    async def play(self, turn: Turn) -> AsyncIterator[TextDelta | SegmentDone]:
+        """Let the turn's writer write until the turn's decision ends it: yields the visible
+        text as it arrives, then the turn's :class:`SegmentDone` (the segment is also in
+        ``self.segments``, even when the turn raises).
 
-        Each request's end goes to `decide`, whose :class:`TurnDecision` the turn applies.
-        With `anticipate`, the next turn's request is opened where the text may hand off,
-        and the next turn uses it if it is the request it would send. The finished segment
-        is appended to ``self.segments``. Raises :class:`UpstreamFailure` when the endpoint
-        fails beyond its retries and resumes.
+        When the small model fails beyond its retries and the policy says ``use_large``, the
+        turn ends ``failed`` and the small model is not asked again in this generation; any
+        other failure raises :class:`UpstreamFailure`.
         """
-        phase, start, began = self.phase, len(self.transcript), time.perf_counter()
-        usage, resumes = ModelUsage(), 0  # usage of this turn; its tokens count against `cap`
-        decision: TurnDecision = WRITE_ON
+        role, phase = turn.writer(self), self.phase
+        start, began = len(self.transcript), time.perf_counter()
+        usage = ModelUsage()  # this turn's; its tokens count against the turn's cap
+        decision = TurnDecision("failed")
         try:
-            while decision.ended is None:
-                allowance = self._allowance(role, cap, usage)
-                if allowance <= 0:
-                    decision = TurnDecision(self._out_of_room(cap, usage))
-                    break
-                request = self._request(role, allowance, stops(), extra_body)
-                sent = _Sent()
-                try:
-                    async with aclosing(
-                        self._send(role, phase, request, usage, sent, anticipate)
-                    ) as deltas:
-                        async for delta in deltas:
-                            yield delta
-                except StreamInterrupted as broken:
-                    # The text that arrived stays (and its tokens count); resume from it.
-                    await self._drop_ahead()
-                    self._count(role, phase, usage, 0, 0, sent.written)
-                    resumes += 1
-                    config = self.endpoints[role].config
-                    if resumes > self.config.policy.max_resumes:
-                        detail = explain_broken_stream(broken.cause, role, config, resumes)
-                        raise UpstreamFailure(role, broken.cause, detail) from broken
-                    self.resumes += 1
-                    logger.warning(
-                        "generation %s: the %s stream from %s broke after %d characters (%s); "
-                        "resuming from the text so far (%d of SwitchPolicy.max_resumes=%d)",
-                        self.id,
-                        role,
-                        config.base_url,
-                        len(broken.text),
-                        str(broken.cause) or type(broken.cause).__name__,
-                        resumes,
-                        self.config.policy.max_resumes,
-                    )
-                    continue
-                end = RequestEnd(
-                    sent.finish_reason,
-                    sent.stop_reason,
-                    usage.completion_tokens,
-                    self.transcript,
-                    self.phase,
-                )
-                decision = await self._apply(role, decide(end), sent.pieces)
+            async for item in self._requests(role, turn, usage):
+                if isinstance(item, TurnDecision):
+                    decision = item
+                else:
+                    yield item
+        except UpstreamFailure:
+            if role == "large" or self.config.policy.on_small_failure == "raise":
+                raise
+            self.small_available = False
         finally:
             self.seconds[role] += time.perf_counter() - began
-            self.segments.append(
-                Segment(
-                    model=role,
-                    phase=phase,
-                    text=self.transcript[start:],
-                    ended_by=decision.ended or "failed",
-                    cue=decision.cue if decision.ended == "cue" else None,
-                    usage=usage,
-                    seconds=time.perf_counter() - began,
-                )
+            segment = Segment(
+                model=role,
+                phase=phase,
+                text=self.transcript[start:],
+                ended_by=decision.ended or "failed",
+                cue=decision.cue if decision.ended == "cue" else None,
+                usage=usage,
+                seconds=time.perf_counter() - began,
             )
+            self.segments.append(segment)
+        yield SegmentDone(segment)
+
+    async def _requests(
+        self, role: ModelRole, turn: Turn, usage: ModelUsage
+    ) -> AsyncGenerator[TextDelta | TurnDecision, None]:
+        """The turn's requests, one after another until a decision ends the turn: their
+        visible text, then that decision. A stream that breaks mid-way resumes from the text
+        so far (``SwitchPolicy.max_resumes`` times)."""
+        phase, resumes, decision = self.phase, 0, WRITE_ON
+        while decision.ended is None:
+            allowance = self._allowance(role, turn.cap, usage)
+            if allowance <= 0:
+                decision = TurnDecision(self._out_of_room(turn.cap, usage))
+                break
+            request = self._request(role, allowance, turn.stops(self), turn.extra_body(self))
+            handoff = turn.speculative_handoff(self)
+            end: RequestEnd | None = None
+            try:
+                async with aclosing(self._send(role, phase, request, usage, handoff)) as items:
+                    async for item in items:
+                        if isinstance(item, RequestEnd):
+                            end = item
+                        else:
+                            yield item
+            except StreamInterrupted as broken:
+                resumes += 1
+                self._resume(role, broken, resumes)
+                continue
+            assert end is not None, "a request that did not break ends with its RequestEnd"
+            decision = await self._apply(role, turn.decide(end), end.pieces)
+        yield decision
+
+    def _resume(self, role: ModelRole, broken: StreamInterrupted, resumes: int) -> None:
+        """Go on after a broken stream, or give up once the resumes are spent."""
+        config = self.endpoints[role].config
+        if resumes > self.config.policy.max_resumes:
+            detail = explain_broken_stream(broken.cause, role, config, resumes)
+            raise UpstreamFailure(role, broken.cause, detail) from broken
+        self.resumes += 1
+        logger.warning(
+            "generation %s: the %s stream from %s broke after %d characters (%s); "
+            "resuming from the text so far (%d of SwitchPolicy.max_resumes=%d)",
+            self.id,
+            role,
+            config.base_url,
+            len(broken.text),
+            str(broken.cause) or type(broken.cause).__name__,
+            resumes,
+            self.config.policy.max_resumes,
+        )
 
     def _allowance(self, role: ModelRole, cap: int | None, turn: ModelUsage) -> int:
         """Tokens the next request of the turn may write: the room left, and the turn's cap."""
@@ -244,30 +232,46 @@ class Generation:
         phase: Phase,
         request: CompletionRequest,
         turn: ModelUsage,
-        sent: _Sent,
-        anticipate: Anticipate | None,
-    ) -> AsyncGenerator[TextDelta, None]:
-        """Stream one request into the transcript, yielding the text released; `sent`
-        records its pieces and how it ended, `turn` its usage."""
-        async with aclosing(await self._stream(role, request)) as pieces:
-            async for piece in pieces:
-                if piece.text:
-                    sent.pieces += 1
-                    sent.tokens = piece.tokens
-                    self.transcript += piece.text
-                    for delta in self._release(role):
-                        yield delta
-                    if piece.finish_reason is None:
-                        await self._look_ahead(anticipate, turn.completion_tokens, sent.written)
-                if piece.finish_reason is not None:
-                    sent.finish_reason, sent.stop_reason = piece.finish_reason, piece.stop_reason
-                if piece.completion_tokens is not None:
-                    prompt, cached = piece.prompt_tokens or 0, piece.cached_tokens
-                    self._count(role, phase, turn, prompt, cached, piece.completion_tokens)
+        handoff: HandoffForecast | None,
+    ) -> AsyncGenerator[TextDelta | RequestEnd, None]:
+        """Stream one request into the transcript: the text released, then how the request
+        ended. Its usage goes to `turn`; a broken stream's text stays, and its tokens count
+        (the server's count up to the last piece, else one a piece)."""
+        pieces, tokens = 0, None
+        finish_reason: str | None = None
+        stop_reason: str | int | None = None
+        try:
+            async with aclosing(await self._stream(role, request)) as stream:
+                async for piece in stream:
+                    if piece.text:
+                        pieces, tokens = pieces + 1, piece.tokens
+                        self.transcript += piece.text
+                        for delta in self._release(role):
+                            yield delta
+                        if piece.finish_reason is None:
+                            written = pieces if tokens is None else tokens
+                            await self._open_handoff(handoff, turn.completion_tokens, written)
+                    if piece.finish_reason is not None:
+                        finish_reason, stop_reason = piece.finish_reason, piece.stop_reason
+                    if piece.completion_tokens is not None:
+                        prompt, cached = piece.prompt_tokens or 0, piece.cached_tokens
+                        self._count(role, phase, turn, prompt, cached, piece.completion_tokens)
+        except StreamInterrupted:
+            await self._discard_handoff()
+            self._count(role, phase, turn, 0, 0, pieces if tokens is None else tokens)
+            raise
+        yield RequestEnd(
+            finish_reason,
+            stop_reason,
+            turn.completion_tokens,
+            self.transcript,
+            self.phase,
+            pieces,
+        )
 
     async def _apply(self, role: ModelRole, decision: TurnDecision, pieces: int) -> TurnDecision:
         """Carry out a request's decision: cut the transcript, settle a request that ran out
-        of allowance, and close the request opened ahead if the turn does not hand off
+        of allowance, and discard the speculative hand-off if the turn does not hand off
         where it was foreseen. Returns the decision as it stands."""
         if decision.cut is not None:
             self.transcript = self.transcript[: decision.cut]  # only text not yet released
@@ -277,32 +281,36 @@ class Generation:
             # room is left: write on; the turn ends at its next request when none is.
             room_left = pieces > 0 and self.room(role) > 0
             decision = WRITE_ON if room_left else replace(decision, ended=self._length())
-        if decision.ended is None or (self._ahead and self._ahead.transcript != self.transcript):
-            await self._drop_ahead()  # no hand-off, or not where it was foreseen
+        foreseen = self._handoff is None or self._handoff.transcript == self.transcript
+        if decision.ended is None or not foreseen:
+            await self._discard_handoff()  # no hand-off, or not where it was foreseen
         return decision
 
     async def _stream(
         self, role: ModelRole, request: CompletionRequest
     ) -> AsyncGenerator[StreamPiece, None]:
-        """The request's stream: the one opened ahead if it is this request, else a new one."""
-        ahead = self._ahead
-        if ahead is not None and ahead.serves(role, request, self.transcript):
-            self._ahead = None
+        """The request's stream: the speculative hand-off's if it is this request, else a
+        new one."""
+        handoff = self._handoff
+        if handoff is not None and handoff.serves(role, request, self.transcript):
+            self._handoff = None
             self.speculative_handoffs += 1
-            return ahead.pieces()
-        await self._drop_ahead()
+            return handoff.pieces()
+        await self._discard_handoff()
         return self.endpoints[role].stream_completion(self._numbered(request))
 
-    async def _look_ahead(self, anticipate: Anticipate | None, counted: int, written: int) -> None:
+    async def _open_handoff(
+        self, forecast: HandoffForecast | None, counted: int, written: int
+    ) -> None:
         """After a piece that did not end the request (`written` tokens of it so far,
-        `counted` tokens of the turn before it): close the request opened ahead if the text
-        went on past its hand-off, and open one if the text may hand off here."""
-        if self._ahead is not None:
-            if self._ahead.may_serve(self.transcript):
+        `counted` tokens of the turn before it): discard the speculative hand-off if the text
+        went on past its point, and open one if the text may hand off here."""
+        if self._handoff is not None:
+            if self._handoff.may_serve(self.transcript):
                 return
-            await self._drop_ahead()
+            await self._discard_handoff()
         uncounted = written + 1  # this request's tokens, the confirming one included
-        upcoming = anticipate(counted + uncounted) if anticipate else None
+        upcoming = forecast(counted + uncounted) if forecast else None
         if upcoming is None:
             return
         allowance = self.room(upcoming.role) - uncounted  # the room once they are counted
@@ -312,13 +320,14 @@ class Generation:
             target = self.transcript + upcoming.completion
             request = self._request(upcoming.role, allowance, upcoming.stops, None, target)
             endpoint = self.endpoints[upcoming.role]
-            self._ahead = HeadStart(endpoint, upcoming, request, self._numbered(request), target)
+            numbered = self._numbered(request)
+            self._handoff = SpeculativeHandoff(endpoint, upcoming, request, numbered, target)
 
-    async def _drop_ahead(self) -> None:
-        if self._ahead is not None:
-            ahead, self._ahead = self._ahead, None
+    async def _discard_handoff(self) -> None:
+        if self._handoff is not None:
+            handoff, self._handoff = self._handoff, None
             self.speculative_misses += 1
-            await ahead.discard()
+            await handoff.discard()
 
     def warm_up(self, role: ModelRole) -> None:
         """Send `role` its prompt now, one token, so that its server's prefix cache holds it
@@ -332,9 +341,9 @@ class Generation:
         self._warm_up = PromptWarmUp(self.endpoints[role], self._numbered(request))
 
     async def aclose(self) -> None:
-        """Close what is still open (a request opened ahead of a turn that never came, the
+        """Close what is still open (a speculative hand-off to a turn that never came, the
         prompt's warm-up)."""
-        await self._drop_ahead()
+        await self._discard_handoff()
         if self._warm_up is not None:
             await self._warm_up.close()
 
@@ -444,20 +453,3 @@ class Generation:
             return Releaser(len(self.transcript))
         opener = markers.start if self.mode is PromptReasoning.MODEL_OPENS else None
         return Releaser(len(self.transcript), opener=opener, closer=markers.end)
-
-
-@dataclass
-class _Sent:
-    """One request as it streams: the pieces that carried text, the tokens the server
-    counted up to the last of them, and how it ended."""
-
-    pieces: int = 0
-    tokens: int | None = None
-    finish_reason: str | None = None
-    stop_reason: str | int | None = None
-
-    @property
-    def written(self) -> int:
-        """Tokens written so far: the server's count, else one a piece (a piece may carry
-        several tokens, a server that does not count them gets an estimate)."""
-        return self.tokens if self.tokens is not None else self.pieces

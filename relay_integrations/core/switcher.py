@@ -1,6 +1,5 @@
-"""The relay: one async state machine over a large and a small model.
-
-Read :meth:`RelaySwitcher._relay` top to bottom for the method:
+"""The relay: one generation at a time walks the method's table of turns (:mod:`.turns`)
+over a large and a small model.
 
 1. the large model reasons, stopping on a switch cue or on the end of reasoning;
 2. after a cue, the small model finishes the sentence (or writes its segment cap), and hands
@@ -24,7 +23,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from .closing import AsyncClosing
 from .config import CONTEXT_MARGIN, ModelRole, RelayConfig, RequestHook, SamplingConfig
@@ -32,25 +31,12 @@ from .cues import CueSet
 from .endpoint import Endpoint, UpstreamFailure
 from .errors import ContextOverflowError, CueArtifactError, EndpointError
 from .final_event import final_event
-from .generation import WRITE_ON, Anticipate, Generation, RequestEnd, TurnDecision
-from .head_start import NextTurn
-from .reasoning import PromptReasoning
+from .generation import Generation
 from .rendering import ChatInput, Message, PromptRenderer, RenderedPrompt, ServerChatTemplate
 from .result import RelayDone, RelayEvent, RelayResult, SegmentDone, SegmentEnd
-from .sentences import SENTENCE_STOPS, is_sentence_end, may_end_here
+from .turns import MethodTurns, Turn
 
 ROLES: tuple[ModelRole, ModelRole] = ("large", "small")
-_State = Literal["large", "small", "answer", "done"]
-_AFTER_LARGE: dict[SegmentEnd, _State] = {
-    "cue": "small",
-    "end_of_reasoning": "answer",
-    "reasoning_budget": "answer",
-}
-_AFTER_SMALL: dict[SegmentEnd, _State] = {
-    "length": "done",
-    "end_of_reasoning": "answer",
-    "reasoning_budget": "answer",
-}
 
 
 class RelaySwitcher(AsyncClosing):
@@ -71,6 +57,7 @@ class RelaySwitcher(AsyncClosing):
         endpoints it uses when it is closed."""
         self.config = config
         self.cues = cues if cues is not None else CueSet.load(config.cues)
+        self.turns = MethodTurns(config, self.cues)
         self.renderer: PromptRenderer = renderer or ServerChatTemplate()
         given = dict(endpoints or {})
         if any(key not in ROLES or e.role != key for key, e in given.items()):
@@ -134,12 +121,13 @@ class RelaySwitcher(AsyncClosing):
             context_windows={role: window for role, (_, window) in prepared.items()},
             sampling=sampling or self.config.sampling,
             request_hook=request_hook,
-            extra_body=extra_body or {},
+            extra_body=extra_body,
+            answer_stops=stop,
+            answer_extra_body=answer_extra_body,
             started=started,
         )
-        run.small_available = "small" in prepared
         try:
-            async for event in self._relay(run, stop, answer_extra_body or {}):
+            async for event in self._relay(run):
                 yield event
         except UpstreamFailure as failure:
             partial = run.result("error")
@@ -147,162 +135,32 @@ class RelaySwitcher(AsyncClosing):
         finally:
             await run.aclose()
 
-    async def _relay(
-        self, run: Generation, stop: Sequence[str], answer_extra_body: Mapping[str, Any]
-    ) -> AsyncIterator[RelayEvent]:
-        """The method, one turn at a time."""
-        policy = self.config.policy
-        state: _State = "large" if run.phase == "reasoning" else "answer"
+    async def _relay(self, run: Generation) -> AsyncIterator[RelayEvent]:
+        """The method: walk the table of turns (:mod:`.turns`), one turn at a time."""
+        turn: Turn | None = self.turns.first(run)
+        warm = self.config.policy.warm_small_prompt and run.small_available
+        if turn is self.turns.reason and warm:
+            run.warm_up("small")  # its prompt is in its server's cache by its first turn
         finish: SegmentEnd = "stop"
-        if state == "large" and run.small_available and policy.warm_small_prompt:
-            run.warm_up("small")  # the config holds the two models on two servers
-        while state != "done":
-            if state == "large":
-                async for delta in run.turn(
-                    "large",
-                    decide=self._after_large,
-                    stops=lambda: self._large_stops(run),
-                    anticipate=self._before_cue(run),
-                ):
-                    yield delta
-                ended = run.segments[-1].ended_by
-                if ended == "stop" and run.phase == "reasoning":
-                    state = "answer"  # it ended without closing the reasoning: answer anyway
+        while turn is not None:
+            async for event in run.play(turn):
+                if isinstance(event, SegmentDone):
+                    done = event
                 else:
-                    state = _AFTER_LARGE.get(ended, "done")
-            elif state == "small":
-                try:
-                    async for delta in run.turn(
-                        "small",
-                        decide=self._after_small,
-                        stops=lambda: self.reasoning_stops("small"),
-                        cap=policy.max_small_tokens,
-                        anticipate=self._before_sentence_end(run),
-                    ):
-                        yield delta
-                    ended = run.segments[-1].ended_by
-                except UpstreamFailure:
-                    if policy.on_small_failure == "raise":
-                        raise
-                    run.small_available, ended = False, "failed"
-                state = _AFTER_SMALL.get(ended, "large")
-            else:
-                role = self._answer_model(run)
-                try:
-                    async for delta in run.turn(
-                        role,
-                        decide=_after_answer,
-                        stops=lambda: stop,
-                        extra_body={"include_stop_str_in_output": False, **answer_extra_body},
-                    ):
-                        yield delta
-                    ended, state = run.segments[-1].ended_by, "done"
-                except UpstreamFailure:
-                    if role == "large" or policy.on_small_failure == "raise":
-                        raise
-                    run.small_available, ended = False, "failed"
-            if state == "answer" and run.phase == "reasoning":  # the reasoning is over
-                if ended != "end_of_reasoning":
-                    run.close_reasoning()  # the model did not write the marker: the relay does
-                for delta in run.flush(run.segments[-1].model):
+                    yield event
+            turn, finish = self.turns.after(turn, done.segment, run), done.segment.ended_by
+            if turn is self.turns.answer and run.phase == "reasoning":
+                for delta in run.end_reasoning(marker_written=finish == "end_of_reasoning"):
                     yield delta
-                run.end_reasoning()
-            finish = ended
-            yield SegmentDone(run.segments[-1])
+            yield done
         for delta in run.flush(run.segments[-1].model):
             yield delta
         yield RelayDone(run.result("length" if finish == "length" else "stop"))
 
     def reasoning_stops(self, role: ModelRole) -> tuple[str, ...]:
-        """The stop strings of `role`'s turns in the reasoning (the end of reasoning, then the
-        cues or the sentence ends), most important first: a server that takes only a few gets
-        the end of reasoning (the endpoint finds the others past its limit in the stream)."""
-        if role == "small":
-            return (self.config.markers.end, *SENTENCE_STOPS)
-        return (self.config.markers.end, *self.cues.stop_strings)
-
-    def _large_stops(self, run: Generation) -> tuple[str, ...]:
-        if run.phase == "answer":  # the model answered without reasoning: no switching
-            return ()
-        if not run.small_available:
-            return (self.config.markers.end,)
-        return self.reasoning_stops("large")
-
-    def _before_cue(self, run: Generation) -> Anticipate | None:
-        """The small turn, when the large model's text ends one token short of a cue."""
-        policy = self.config.policy
-        if not policy.speculative_handoff:
-            return None
-
-        def anticipate(turn_tokens: int) -> NextTurn | None:
-            if run.phase != "reasoning" or not run.small_available:
-                return None
-            if turn_tokens <= policy.cooldown_tokens:
-                return None
-            cue = self.cues.pending(run.transcript)
-            if cue is None:
-                return None
-            cap = policy.max_small_tokens
-            return NextTurn(
-                "small", self.reasoning_stops("small"), cue.completion, cue.confirmed_by, cap
-            )
-
-        return anticipate
-
-    def _before_sentence_end(self, run: Generation) -> Anticipate | None:
-        """The large turn, when the small model's text ends in a likely sentence end."""
-        if not self.config.policy.speculative_handoff:
-            return None
-
-        def anticipate(turn_tokens: int) -> NextTurn | None:
-            if run.phase != "reasoning" or not may_end_here(run.transcript):
-                return None
-            return NextTurn("large", self._large_stops(run), "", " \n")
-
-        return anticipate
-
-    def _after_large(self, end: RequestEnd) -> TurnDecision:
-        """A large request ended: at a cue (hand off at its hand-off point, unless it came
-        within the cooldown), at the end of reasoning, at the budget, or at its own end."""
-        if end.finish_reason == "length":
-            return TurnDecision("length")
-        if end.stop_reason == self.config.markers.end:
-            return TurnDecision("end_of_reasoning")
-        if not isinstance(end.stop_reason, str):
-            return TurnDecision("stop")
-        if end.phase != "reasoning":
-            return WRITE_ON  # a cue fired in an answer written without reasoning: write on
-        match = self.cues.match_stop(end.transcript, end.stop_reason)
-        if match is None or end.turn_tokens <= self.config.policy.cooldown_tokens:
-            return WRITE_ON  # not a cue here, or right after taking control: write on
-        return TurnDecision("cue", cut=match.handoff, cue=match.cue)
-
-    def _after_small(self, end: RequestEnd) -> TurnDecision:
-        """A small request ended: at the end of reasoning (kept only if the policy lets the
-        small model end it), at a sentence end (cut to a token boundary), or at its cap."""
-        marker, transcript = self.config.markers.end, end.transcript
-        if end.stop_reason == marker:
-            if self.config.policy.small_may_end_reasoning:
-                return TurnDecision("end_of_reasoning")
-            return TurnDecision(
-                "small_ended_reasoning", cut=len(transcript[: -len(marker)].rstrip())
-            )
-        if end.stop_reason in SENTENCE_STOPS:
-            sentence_ended = is_sentence_end(transcript)
-            # write on from a token boundary; "e.g. ", "3. " inside math, ...: the sentence goes on
-            cut = len(transcript.rstrip()) if sentence_ended or end.stop_reason.strip() else None
-            return TurnDecision("sentence_end" if sentence_ended else None, cut=cut)
-        if end.finish_reason == "length":
-            capped = end.turn_tokens >= self.config.policy.max_small_tokens
-            return TurnDecision("segment_cap" if capped else "length")
-        return TurnDecision("stop")  # end of sequence mid-reasoning: the large model decides
-
-    def _answer_model(self, run: Generation) -> ModelRole:
-        policy = self.config.policy
-        role = (
-            policy.no_reasoning_model if run.mode is PromptReasoning.CLOSED else policy.answer_model
-        )
-        return role if run.small_available else "large"
+        """The stop strings of `role`'s turns in the reasoning (see
+        :meth:`MethodTurns.reasoning_stops`)."""
+        return self.turns.reasoning_stops(role)
 
     async def _prepare(self, role: ModelRole, chat: ChatInput) -> tuple[RenderedPrompt, int | None]:
         """The model's prompt and context window; checks the cue set was made for this model."""
@@ -317,10 +175,6 @@ class RelaySwitcher(AsyncClosing):
                 "allow_model_mismatch=True to use it anyway.",
             )
         return await self.renderer.render(endpoint, chat), info.max_model_len
-
-
-def _after_answer(end: RequestEnd) -> TurnDecision:
-    return TurnDecision("length" if end.finish_reason == "length" else "stop")
 
 
 def _check_fits(prepared: Mapping[ModelRole, tuple[RenderedPrompt, int | None]]) -> None:

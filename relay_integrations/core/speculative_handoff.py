@@ -1,4 +1,5 @@
-"""The next model's request, opened before the hand-off it belongs to is certain.
+"""The speculative hand-off: the next model's request, opened before the hand-off it belongs
+to is certain.
 
 A whole-word hand-off is confirmed by the token after it: the large model's `` Now`` is a cue
 only once `` we`` (not ``here``) follows, the small model's ``.`` ends a sentence only once a
@@ -9,12 +10,12 @@ turn adopts it if, once the hand-off is confirmed, it is exactly the request it 
 sent; otherwise (the token continued the word, the allowance came out different) it is
 closed, and vLLM aborts it after its prefill::
 
-    ahead = HeadStart(endpoint, upcoming, request, numbered, transcript)  # first piece read
-    ...
-    if ahead.serves(role, request_the_turn_would_send, transcript):
-        pieces = ahead.pieces()  # the same stream, read on
+    handoff = SpeculativeHandoff(endpoint, upcoming, request, numbered, transcript)
+    ...  # its first piece is read meanwhile
+    if handoff.serves(role, request_the_turn_would_send, transcript):
+        pieces = handoff.pieces()  # the same stream, read on
     else:
-        await ahead.discard()
+        await handoff.discard()
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class NextTurn:
     cap: int | None = None
 
 
-class HeadStart:
+class SpeculativeHandoff:
     """One request opened ahead of its turn; its first piece is read in a task."""
 
     def __init__(
