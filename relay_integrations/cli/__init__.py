@@ -13,9 +13,12 @@ see :meth:`~relay_integrations.core.config.RelayConfig.from_env`).
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
+from ..core.errors import RelayError
 from . import bench, calibrate, check, generate, serve
+from .options import CommandError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,6 +32,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.run(args)
+    except CommandError as exc:
+        print(exc, file=sys.stderr)
+        return exc.code
+    except RelayError as exc:  # the run failed: an endpoint, a file
+        print(f"\nrelaygen: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     return code

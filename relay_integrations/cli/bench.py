@@ -21,10 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
-from pydantic import ValidationError
-
 from ..core.errors import RelayError
-from .options import add_relay_options, relay_config
+from .options import add_relay_options, configuration, relay_config
 
 
 def add_parser(commands: Any) -> None:
@@ -54,12 +52,9 @@ def run(args: argparse.Namespace) -> int:
     if unknown or not modes:
         print(f"relaygen: --modes takes {', '.join(MODES)}; got {args.modes!r}", file=sys.stderr)
         return 2
-    try:
+    with configuration():
         config = relay_config(args)
         problems = load_problems(args.problems, limit=args.limit)
-    except (ValidationError, RelayError, ValueError) as exc:
-        print(f"relaygen: configuration error: {exc}", file=sys.stderr)
-        return 2
     if importlib.util.find_spec("math_verify") is None:
         print(
             "relaygen bench grades with math-verify: pip install 'relay-integrations[bench]'",
@@ -68,20 +63,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from ..bench.runner import run_bench
 
-    try:
-        records = asyncio.run(
-            run_bench(
-                config,
-                problems,
-                args.out / "results.jsonl",
-                modes=cast(list[Mode], modes),
-                samples=args.samples,
-                concurrency=args.concurrency,
-            )
+    records = asyncio.run(
+        run_bench(
+            config,
+            problems,
+            args.out / "results.jsonl",
+            modes=cast(list[Mode], modes),
+            samples=args.samples,
+            concurrency=args.concurrency,
         )
-    except RelayError as exc:
-        print(f"relaygen: {exc}", file=sys.stderr)
-        return 1
+    )
     return _report(records, args)
 
 

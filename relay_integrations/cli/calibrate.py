@@ -25,8 +25,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from ..calibration import Calibrator, NoCueSelected, ProblemSet, TraceFile, ready_traces
 from ..calibration.calibrator import CalibrationOutcome
 from ..calibration.candidates import DEFAULT_CANDIDATES
@@ -34,7 +32,13 @@ from ..calibration.report import format_table, write_csv, write_plot
 from ..core.artifact import CalibrationRecord, ModelIdentity, SelectionRule, save_artifact
 from ..core.config import EndpointConfig, RelayConfig, SamplingConfig
 from ..core.errors import RelayError
-from .options import add_endpoint_options, add_sampling_options, endpoint_values, sampling_values
+from .options import (
+    add_endpoint_options,
+    add_sampling_options,
+    configuration,
+    endpoint_values,
+    sampling_values,
+)
 
 
 def add_parser(commands: Any) -> None:
@@ -66,11 +70,8 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
+    with configuration():
         calibrator = _calibrator(args)
-    except (ValidationError, RelayError, ValueError) as exc:
-        print(f"relaygen: configuration error: {exc}", file=sys.stderr)
-        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     try:
         outcome = asyncio.run(_calibrate(calibrator, args))
@@ -80,12 +81,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nrelaygen: {exc}", file=sys.stderr)
         print("the figures are in " + ", ".join(str(p) for p in written), file=sys.stderr)
         return 1
-    except RelayError as exc:
-        print(f"relaygen: {exc}", file=sys.stderr)
+    except RelayError:
         traces = args.out / "traces.jsonl"
         if args.problems is not None and traces.exists():
             print(f"finished traces are kept in {traces}; run the same command to resume")
-        return 1
+        raise
     record = outcome.artifact.calibration
     assert record is not None
     written = [save_artifact(outcome.artifact, args.out / "cues.json")]

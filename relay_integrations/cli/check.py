@@ -20,12 +20,9 @@ import textwrap
 from collections import Counter
 from typing import Any, TextIO
 
-from pydantic import ValidationError
-
 from ..core.config import RelayConfig
-from ..core.errors import RelayError
 from ..core.server_check import ServerReport, check_servers
-from .options import add_cue_options, add_endpoint_options, relay_config
+from .options import add_cue_options, add_endpoint_options, configuration, relay_config
 
 STATUS_WIDTH, TITLE_WIDTH, LINE_WIDTH = 8, 21, 100
 
@@ -41,12 +38,9 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
+    with configuration():
         config = relay_config(args)
         report = asyncio.run(check_servers(config))
-    except (ValidationError, RelayError, ValueError) as exc:
-        print(f"relaygen: configuration error: {exc}", file=sys.stderr)
-        return 2
     if args.json:
         print(report.model_dump_json(indent=2))
     else:

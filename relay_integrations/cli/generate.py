@@ -21,13 +21,12 @@ from typing import Any, TextIO
 from ..core import (
     RelayConfig,
     RelayDone,
-    RelayError,
     RelayResult,
     RelaySwitcher,
     TextDelta,
 )
 from ..core.config import ModelRole
-from .options import add_relay_options, relay_config
+from .options import add_relay_options, configuration, relay_config
 
 DEFAULT_PROMPT = (
     "A train travels 60 km in the first hour and 90 km in the second hour. "
@@ -51,16 +50,9 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
+    with configuration():
         config = relay_config(args)
-    except (ValueError, RelayError) as exc:  # pydantic's ValidationError is a ValueError
-        print(f"relaygen: configuration error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        result = asyncio.run(_generate(config, args))
-    except RelayError as exc:
-        print(f"\nrelaygen: {exc}", file=sys.stderr)
-        return 1
+    result = asyncio.run(_generate(config, args))
     return 0 if result.finish_reason != "error" else 1
 
 

@@ -4,10 +4,35 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..core.config import RelayConfig, SamplingConfig
 from ..core.errors import RelayError
+
+
+class CommandError(Exception):
+    """Ends a subcommand: its message goes to stderr and `code` is the exit code (2: the
+    configuration, 1: the run)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@contextmanager
+def configuration(command: str = "relaygen") -> Iterator[None]:
+    """A configuration that does not validate ends the command with exit code 2 and the
+    reason::
+
+        with configuration():
+            config = relay_config(args)
+    """
+    try:
+        yield
+    except (ValueError, RelayError) as exc:  # pydantic's ValidationError is a ValueError
+        raise CommandError(f"{command}: configuration error: {exc}", 2) from exc
 
 
 def add_endpoint_options(parser: argparse.ArgumentParser, *roles: str) -> None:

@@ -15,8 +15,7 @@ import argparse
 import sys
 from typing import Any
 
-from ..core.errors import RelayError
-from .options import add_relay_options, relay_config
+from .options import add_relay_options, configuration, relay_config
 
 
 def add_parser(commands: Any) -> None:
@@ -97,15 +96,11 @@ def run(args: argparse.Namespace) -> int:
         "log_format",
         "log_level",
     )
-    try:
+    with configuration("relaygen serve"):
         config = relay_config(args)
         settings = ServerSettings.from_env(**{name: getattr(args, name) for name in fields})
-    except (ValueError, RelayError) as exc:  # pydantic's ValidationError is a ValueError
-        print(f"relaygen serve: configuration error: {exc}", file=sys.stderr)
-        return 2
-    try:
+    with configuration(
+        "relaygen serve"
+    ):  # a cue file that does not load, workers that do not start
         serve(config, settings)
-    except RelayError as exc:  # a cue file that does not load, workers that cannot start
-        print(f"relaygen serve: configuration error: {exc}", file=sys.stderr)
-        return 2
     return 0

@@ -47,3 +47,28 @@ def test_a_malformed_cue_list_is_a_configuration_error_naming_the_fix(
     error = capsys.readouterr().err
     assert "configuration error: --cues '[\"Now\"' is not a JSON list" in error
     assert "an artifact path or builtin:NAME" in error and "Traceback" not in error
+
+
+@pytest.mark.parametrize(
+    ("command", "options", "prefix"),
+    [
+        ("generate", [], "relaygen"),
+        ("check", [], "relaygen"),
+        ("serve", [], "relaygen serve"),
+        ("bench", ["--problems", "missing.jsonl", "--out", "unused"], "relaygen"),
+        ("calibrate", ["--traces", "missing.jsonl", "--out", "unused"], "relaygen"),
+    ],
+)
+def test_every_command_ends_a_missing_endpoint_with_exit_code_2_and_the_fix(
+    command: str,
+    options: list[str],
+    prefix: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("RELAY_LARGE__BASE_URL", "RELAY_SMALL__BASE_URL", "RELAY_SMALL__MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    assert main([command, *options]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"{prefix}: configuration error: no ")
+    assert "pass --" in error and "Traceback" not in error
