@@ -1,9 +1,14 @@
 """The scripted vLLM as a benchmark's upstream, in a process of its own.
 
-The capable scripted models (:func:`relay_integrations.testing.capable_model.capable_server`,
-"large" and "small") stream in pure Python; run in the benchmark's own process they would share
-its event loop with what it measures. So `start` runs them as
-``python -m benchmarks.upstream`` and returns the base URL, `stop` ends the process::
+A scripted pair of models (:mod:`relay_integrations.testing.scripted_vllm`, "large" and
+"small") writes one fixed reasoning trace with the cues "Now" and "Therefore," as sentence
+starters (:data:`CUES`: a relay with both switches twice a generation, with "Now" once), then
+an answer that restates the question's first sentence (:func:`scripted_answer`): 54 tokens
+and 2 switches for ``server-load``'s "What is 42 * 7?", and a generation that grows with the
+question for the client-cost fit of ``switcher``. The models stream in pure Python; run in
+the benchmark's own process they would share its event loop with what it measures. So
+`start` runs them as ``python -m benchmarks.upstream`` and returns the base URL, `stop` ends
+the process::
 
     proc, url = start(token_delay=0.002, log=log_file)
     try:
@@ -20,23 +25,70 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import signal
 import subprocess
 import sys
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
-from relay_integrations.testing.capable_model import capable_server
+from relay_integrations.testing.qwen3_template import ASSISTANT, THINKING_OFF
+
+if TYPE_CHECKING:
+    from relay_integrations.testing.scripted_vllm import ScriptedVLLM
 
 MEMORY = 32
 """Prompts and requests each scripted model remembers."""
 
+CUES = ["Therefore,", "Now"]
+"""The cues of the scripted reasoning: both switch models, twice a generation."""
+
+REASONING = (
+    "<think>\nThe user asks a question. Now I think about the best reply. A direct reply fits "
+    "best here. Therefore, I will answer directly.\n</think>\n\n"
+)
+"""The reasoning both models write, whatever the question ("Therefore," comes more than a
+relay's default cool-down, 5 tokens, after the sentence that starts with "Now")."""
+
+_USER = re.compile(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", re.S)
+
+
+def scripted_answer(prompt: str, body: dict[str, Any]) -> str:
+    """The rest of the scripted output after `prompt` (the rendered chat and what has been
+    written so far): :data:`REASONING` (none with thinking off), then the last user message's
+    first sentence restated and "Here is the answer.", so that a longer question gets a
+    longer generation. Every request of a generation continues the same text, whichever
+    model serves it."""
+    head, _, written = prompt.rpartition(ASSISTANT)
+    thinking = not written.startswith(THINKING_OFF)
+    written = written if thinking else written.removeprefix(THINKING_OFF)
+    asked = _USER.findall(head)
+    sentence = re.split(r"(?<=[.?!])\s", " ".join(asked[-1].split()))[0] if asked else ""
+    full = (REASONING if thinking else "") + f"{sentence} Here is the answer.".lstrip()
+    assert full.startswith(written), (written, full)
+    return full[len(written) :]
+
+
+def scripted_pair(token_delay: float, memory: int | None = MEMORY) -> ScriptedVLLM:
+    """The scripted vLLM serving "large" and "small", both writing :func:`scripted_answer`
+    (``token_delay`` seconds a token; ``memory``: see ``ScriptedModel``)."""
+    # here, not at the top: the switcher benchmark imports this module without the server
+    # extra (only its step 5 starts the upstream)
+    from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM
+
+    return ScriptedVLLM(
+        *(
+            ScriptedModel(name, "", respond=scripted_answer, token_delay=token_delay, memory=memory)
+            for name in ("large", "small")
+        )
+    )
+
 
 def serve(token_delay: float, memory: int = MEMORY) -> None:
-    """Serve the capable models; print the base URL once listening; run until terminated."""
+    """Serve the scripted pair; print the base URL once listening; run until terminated."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the benchmark stops it (SIGTERM), also on ^C
 
     async def run() -> None:
-        async with capable_server(token_delay=token_delay, memory=memory) as server:
+        async with scripted_pair(token_delay, memory) as server:
             print(server.base_url, flush=True)
             await asyncio.Event().wait()
 
@@ -77,7 +129,7 @@ def stop(proc: subprocess.Popen[bytes] | None, grace: float = 20) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="the capable scripted vLLM, for benchmarks")
+    parser = argparse.ArgumentParser(description="the scripted vLLM pair, for benchmarks")
     parser.add_argument("--token-delay", type=float, default=0.0, help="seconds per token")
     parser.add_argument("--memory", type=int, default=MEMORY, help="prompts each remembers")
     args = parser.parse_args(argv)

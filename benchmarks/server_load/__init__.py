@@ -13,12 +13,13 @@ A benchmark, not a test: it prints figures measured side by side in one run, and
 when a response was wrong (an error, no finish chunk, no ``[DONE]``, empty content) or a
 generation slot of the relay stayed taken. Three processes take part:
 
-* the upstream: the scripted vLLM of the tests
-  (:func:`relay_integrations.testing.capable_model.capable_server`, models "large" and "small",
-  ``--token-delay`` seconds per token), in its own process (:mod:`benchmarks.upstream`), so
-  that its pure-Python streaming does not share an event loop with the relay. It remembers
-  only its last 32 prompts there (the scripted model scans all it remembers on every request,
-  which would slow it down as the run goes on);
+* the upstream: a scripted pair of models on the scripted vLLM
+  (:mod:`relay_integrations.testing.scripted_vllm`, models "large" and "small", a fixed
+  reasoning trace with the cues "Now" and "Therefore,", then the question restated: 54 tokens
+  and 2 switches a generation; ``--token-delay`` seconds per token), in its own process
+  (:mod:`benchmarks.upstream`), so that its pure-Python streaming does not share an event loop
+  with the relay. It remembers only its last 32 prompts there (the scripted model scans all it
+  remembers on every request, which would slow it down as the run goes on);
 * the relay: the real CLI, ``relaygen serve ... --cues '["Therefore,", "Now"]'``, with
   ``RELAY_POLICY__COOLDOWN_TOKENS=0`` (2 switches per generation) and each endpoint's
   ``max_concurrency`` raised to the load (``--endpoint-concurrency``; the default 64 would queue

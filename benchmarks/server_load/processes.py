@@ -29,12 +29,10 @@ from typing import IO, Any
 
 import httpx
 
-from relay_integrations.testing.capable_model import CAPABLE_CUES
-
 from .. import upstream
 from .settings import Settings
 
-CUES = CAPABLE_CUES  # ["Therefore,", "Now"]: the relay switches twice a generation
+CUES = upstream.CUES  # ["Therefore,", "Now"]: the relay switches twice a generation
 RELAY_LOG = "relay.log"
 UPSTREAM_LOG = "upstream.log"
 

@@ -57,7 +57,7 @@ def header(facts: MachineFacts, processes: Processes, settings: Settings) -> Non
     print(f"load avg  {facts.load_at_start} (before)  {facts.load_at_end} (after)")
     print(f"command   {facts.command}")
     print(f"relay     {processes.relay_command_line}")
-    print(f"upstream  scripted capable model, {settings.token_delay} s/token, own process\n")
+    print(f"upstream  scripted pair, {settings.token_delay} s/token, own process\n")
 
 
 def single(figures: SingleFigures, settings: Settings) -> None:
@@ -147,7 +147,7 @@ def workers(
     print(f"command   {facts.command}")
     for relay in relays:
         print(f"relay     {shlex.join(relay.command)}")
-    print(f"upstream  scripted capable model, {settings.token_delay} s/token, own process\n")
+    print(f"upstream  scripted pair, {settings.token_delay} s/token, own process\n")
     n, rounds = settings.concurrency, settings.rounds
     print(f"relaygen serve --workers N: {n} concurrent streams x {rounds} rounds each, in turns")
     print(

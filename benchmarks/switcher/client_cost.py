@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from benchmarks.proc import cpu_seconds
+from benchmarks.upstream import CUES
 from relay_integrations.core import (
     EndpointConfig,
     RelayConfig,
@@ -22,13 +23,12 @@ from relay_integrations.core import (
     SwitchPolicy,
 )
 from relay_integrations.jobs.statistics import percentile
-from relay_integrations.testing.capable_model import CAPABLE_CUES
 
 from .meters import CpuMeter, log
 from .results import Medians
 from .settings import TICK
 
-# plain words: no cue, no number, no "about" (the fake answers by restating the sentence)
+# plain words, no cue: the scripted answer restates the sentence, so it grows with the question
 WORDS = [
     *("apple", "river", "stone", "cloud", "maple", "garden", "silver", "window", "candle"),
     *("harbor", "meadow", "pencil", "ribbon", "forest", "lantern", "marble", "orchard"),
@@ -205,7 +205,7 @@ async def cpu_fit(
     url: str, rounds: int, per_cell: int, stop_limit: int | None = None
 ) -> tuple[Fit, list[Cell]]:
     """cpu = a*tokens + b*switches + c*generations over 9 cells, by least squares."""
-    cue_sets = {2: CAPABLE_CUES, 1: ["Now"], 0: ["Zebra"]}
+    cue_sets = {2: CUES, 1: ["Now"], 0: ["Zebra"]}
     lengths = [4, 100, 300]
     switchers = {k: fake_switcher(url, cues, stop_limit=stop_limit) for k, cues in cue_sets.items()}
     cells: dict[tuple[int, int], Tally] = {}
@@ -301,7 +301,7 @@ def collector_timer(threshold: int | None) -> Iterator[list[float]]:
 async def concurrent_generations(
     url: str, fake_pid: int, count: int, limit: int, gc_threshold: int | None
 ) -> ConcurrentRun:
-    relay = fake_switcher(url, CAPABLE_CUES, concurrency=limit)
+    relay = fake_switcher(url, CUES, concurrency=limit)
     meter = CpuMeter()
     late: list[float] = []
     stop = asyncio.Event()

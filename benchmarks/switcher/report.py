@@ -385,7 +385,7 @@ def client_own_cost(client: ClientCosts) -> list[str]:
     f = client.fit
     lines = [
         "5. The client's own cost: CPU time of this process (time.process_time) against the",
-        "   scripted upstream (capable_server(token_delay=0), its own process)",
+        "   scripted upstream (benchmarks.upstream, token_delay=0, its own process)",
         f"   least squares cpu = a*tokens + b*switches + c*generations over "
         f"{len(client.cells)} cells:",
         f"   a = {f.cpu_per_token_us:.1f} us per streamed token, b = "

@@ -9,10 +9,9 @@ project's own tests and benchmarks use, public for an application's tests too.
       assert result.text == trace
 
 - :mod:`.scripted_vllm`: an in-process server speaking vLLM's completions protocol, scripted
-  per model, with fault injection (needs the ``server`` extra); ``serving(...)`` runs it on
-  a thread of its own for sync code.
-- :mod:`.capable_model`: a scripted model that answers like a capable reasoning model (tool
-  calls, structured outputs, RAG, ReAct), and ``capable_server()`` serving two of them.
+  per model (a large and a small model writing a reasoning trace with a cue), with fault
+  injection (needs the ``server`` extra); ``serving(...)`` runs it on a thread of its own for
+  sync code.
 - :mod:`.qwen3_template`: the Qwen3 chat template as vLLM renders it, in plain Python.
 - :mod:`.gpu_speed`: a scripted model at a GPU's pace, from measured step times (continuous
   batching, prefill of uncached prompt tokens), and a virtual clock for ideal timings.

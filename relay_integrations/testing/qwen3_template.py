@@ -1,6 +1,6 @@
 """The Qwen3 chat template as vLLM renders it, in plain Python, and a word-level tokenizer:
-what the scripted server (:mod:`.scripted_vllm`) answers ``/tokenize`` with, and what the
-capable model (:mod:`.capable_model`) reads its chat back out of::
+what the scripted server (:mod:`.scripted_vllm`) answers ``/tokenize`` with, and what a
+scripted model's ``respond`` reads its chat back out of::
 
     prompt = render_chat([{"role": "user", "content": "Hi"}])   # ... "<|im_start|>assistant\n"
     tokenize("Hello, world")                                      # ['Hello', ',', ' world']

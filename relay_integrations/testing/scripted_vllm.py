@@ -34,8 +34,8 @@ thread of its own with :func:`serving`::
         llm.invoke("2 + 2?")
 
 A model's ``respond`` callback, when given, replaces the trace: it gets the prompt and the
-request body and returns the continuation (:mod:`.capable_model` answers like a capable
-reasoning model, tools and structured outputs included).
+request body and returns the continuation (an answer that depends on the chat, the tools or
+the request's structured outputs).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class ScriptedModel:
     """One served model and what it saw.
 
     ``trace``: the text it writes (continued from wherever the prompt's generation has got
-    to); ``respond(prompt, body)`` replaces it (:func:`.capable_model.capable`).
+    to); ``respond(prompt, body)`` replaces it (the continuation of `prompt`).
     ``token_delay``: seconds per token, its stop token included; ``latency`` instead: the
     model's measured step times (:class:`.gpu_speed.LatencyModel`), run with continuous
     batching over all its requests (:class:`.gpu_speed.Engine`), its uncached prompt tokens
@@ -413,8 +413,9 @@ def serving(server: ScriptedVLLM) -> Iterator[ScriptedVLLM]:
     """Serve `server` on an event loop in a thread of its own until the block ends, for sync
     code (and async code that should not share its loop with the server)::
 
-        with serving(capable_server()) as vllm:
-            RelayChatModel(**relay_fields(vllm.base_url)).invoke("What is 7 * 6?")
+        pair = ScriptedVLLM(ScriptedModel("large", trace), ScriptedModel("small", trace))
+        with serving(pair) as vllm:
+            RelayChatModel(large_url=vllm.base_url, large_model="large", ...).invoke("2 + 2?")
     """
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="scripted-vllm", daemon=True)

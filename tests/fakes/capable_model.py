@@ -60,19 +60,23 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .qwen3_template import ASSISTANT, THINKING_OFF, TOOLS_INTRO, TOOLS_OUTRO, to_json
-
-if TYPE_CHECKING:
-    from ..core import RelayConfig
-    from .scripted_vllm import ScriptedVLLM
+from relay_integrations.core import EndpointConfig, RelayConfig, SwitchPolicy
+from relay_integrations.testing.qwen3_template import (
+    ASSISTANT,
+    THINKING_OFF,
+    TOOLS_INTRO,
+    TOOLS_OUTRO,
+    to_json,
+)
+from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM
 
 _TURN = re.compile(r"<\|im_start\|>(system|user|assistant)\n(.*?)<\|im_end\|>\n", re.S)
 _TOOL_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)
 _TOOL_RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.S)
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.]*\w)")
-_QUOTED = re.compile(r"(?<!\w)['\"“‘]([^'\"“”‘’\n]+?)['\"”’](?!\w)")  # noqa: RUF001 (typographic quotes)
+_QUOTED = re.compile(r"(?<!\w)['\"“‘]([^'\"“”‘’\n]+?)['\"”’](?!\w)")
 _CAPITALISED = re.compile(r"(?<!\w)[A-Z][\w'-]*(?:(?: |, )[A-Z][\w'-]*)*")
 _DECLINED = re.compile(r"\b(?:no|without(?: an?| the)?) ([a-z_]+)", re.I)
 _USE_TOOL = re.compile(
@@ -80,7 +84,7 @@ _USE_TOOL = re.compile(
 )
 _ABOUT = re.compile(r"\babout ([^.?!,;]+)", re.I)
 _ARITHMETIC = re.compile(
-    r"(-?\d+(?:\.\d+)?)\s*(\+|-|\*|/|x|×|÷|plus|minus|times|multiplied by|divided by)\s*"  # noqa: RUF001
+    r"(-?\d+(?:\.\d+)?)\s*(\+|-|\*|/|x|×|÷|plus|minus|times|multiplied by|divided by)\s*"
     r"(-?\d+(?:\.\d+)?)",
     re.I,
 )
@@ -709,7 +713,7 @@ def _arithmetic(question: str) -> str | None:
         value = a + b
     elif op in ("-", "minus"):
         value = a - b
-    elif op in ("*", "x", "×", "times", "multiplied by"):  # noqa: RUF001 (the sign)
+    elif op in ("*", "x", "×", "times", "multiplied by"):
         value = a * b
     elif b == 0:
         return None
@@ -911,10 +915,7 @@ CAPABLE_CUES = ["Therefore,", "Now"]
 
 def capable_server(token_delay: float = 0.0, memory: int | None = None) -> ScriptedVLLM:
     """A scripted vLLM serving "large" and "small", both answering like a capable model
-    (``token_delay`` seconds a token; ``memory``: see :class:`.ScriptedModel`). Needs the
-    ``server`` extra (starlette, uvicorn)."""
-    from .scripted_vllm import ScriptedModel, ScriptedVLLM
-
+    (``token_delay`` seconds a token; ``memory``: see :class:`.ScriptedModel`)."""
     return ScriptedVLLM(
         *(
             ScriptedModel(name, "", respond=capable, token_delay=token_delay, memory=memory)
@@ -925,8 +926,6 @@ def capable_server(token_delay: float = 0.0, memory: int | None = None) -> Scrip
 
 def relay_fields(base_url: str, **fields: Any) -> dict[str, Any]:
     """Settings of a LangChain or LlamaIndex relay model over a capable server."""
-    from ..core import SwitchPolicy
-
     return {
         "large_url": base_url,
         "large_model": "large",
@@ -940,8 +939,6 @@ def relay_fields(base_url: str, **fields: Any) -> dict[str, Any]:
 
 def capable_relay_config(base_url: str, small_url: str | None = None, **fields: Any) -> RelayConfig:
     """The ``RelayConfig`` of a relay over a capable server (``relaygen serve``'s tests)."""
-    from ..core import EndpointConfig, RelayConfig, SwitchPolicy
-
     return RelayConfig(
         large=EndpointConfig(base_url=base_url, model="large"),
         small=EndpointConfig(base_url=small_url or base_url, model="small"),

@@ -1,4 +1,4 @@
-"""The capable fake model (relay_integrations/testing/capable_model.py) and the Qwen3 rendering it reads,
+"""The capable fake model (tests/fakes/capable_model.py) and the Qwen3 rendering it reads,
 through the scripted server over HTTP: render, complete, parse the answer."""
 
 import json
@@ -27,9 +27,9 @@ from relay_integrations.core import (
 )
 from relay_integrations.core.constraints import calls_or_json
 from relay_integrations.core.tool_calls import parse_answer
-from relay_integrations.testing.capable_model import capable
 from relay_integrations.testing.qwen3_template import render_chat, tokenize
 from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM
+from tests.fakes.capable_model import capable
 
 WEATHER = {
     "type": "function",

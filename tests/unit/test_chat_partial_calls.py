@@ -16,8 +16,8 @@ from relay_integrations.core.chat import (
 )
 from relay_integrations.core.switcher import RelaySwitcher
 from relay_integrations.core.tool_calls import ToolCall
-from relay_integrations.testing.capable_model import CAPABLE_CUES, capable
 from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM
+from tests.fakes.capable_model import CAPABLE_CUES, capable
 
 WEATHER = {
     "type": "function",

@@ -24,8 +24,8 @@ import pytest
 
 from relay_integrations.core import EndpointConfig, RelayConfig, SwitchPolicy
 from relay_integrations.server import RelayServer
-from relay_integrations.testing.capable_model import CAPABLE_CUES, capable
 from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM, serving
+from tests.fakes.capable_model import CAPABLE_CUES, capable
 from tests.fakes.relay_http import ServedRelay, relay_http
 
 ROOT = Path(__file__).resolve().parents[2]

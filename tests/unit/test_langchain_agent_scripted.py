@@ -16,8 +16,8 @@ from pydantic import BaseModel
 
 from examples.langchain_agent import POPULATIONS, build_agent, get_population, multiply
 from relay_integrations.langchain import RelayChatModel
-from relay_integrations.testing.capable_model import capable_server, relay_fields
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM
+from tests.fakes.capable_model import capable_server, relay_fields
 
 
 async def test_the_agent_calls_both_tools_in_turn_and_answers() -> None:

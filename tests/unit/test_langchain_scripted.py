@@ -12,8 +12,8 @@ from pydantic import ValidationError
 
 from relay_integrations.core import EndpointError, SwitchPolicy
 from relay_integrations.langchain import RelayChatModel
-from relay_integrations.testing.capable_model import capable_server, relay_fields
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedVLLM
+from tests.fakes.capable_model import capable_server, relay_fields
 
 
 @pytest.fixture

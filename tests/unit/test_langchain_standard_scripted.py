@@ -12,8 +12,8 @@ import pytest
 from langchain_core.messages import AIMessage
 from langchain_tests.integration_tests import ChatModelIntegrationTests
 
-from relay_integrations.testing.capable_model import capable_server, relay_fields
 from relay_integrations.testing.scripted_vllm import serving
+from tests.fakes.capable_model import capable_server, relay_fields
 from tests.unit.test_langchain_standard_unit import RelayCapabilities
 
 _SERVER: dict[str, str] = {}

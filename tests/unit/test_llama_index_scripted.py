@@ -20,9 +20,9 @@ from pydantic import BaseModel
 
 from examples.llama_index_agent import build_agent
 from relay_integrations.llama_index import RelayLLM
-from relay_integrations.testing.capable_model import capable, capable_server, relay_fields
 from relay_integrations.testing.qwen3_template import ASSISTANT
 from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM, serving
+from tests.fakes.capable_model import capable, capable_server, relay_fields
 
 POPULATIONS = {"paris": 2_102_650}
 

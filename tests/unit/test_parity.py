@@ -22,8 +22,8 @@ from pydantic import BaseModel
 
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
-from relay_integrations.testing.capable_model import capable_server, relay_fields
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
+from tests.fakes.capable_model import capable_server, relay_fields
 
 QUESTION = "What is 2 + 2?"
 ANSWER = "The answer is 4."

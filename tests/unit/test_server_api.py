@@ -21,8 +21,8 @@ from relay_integrations.core import ModelUsage, RelayConfig, RelayResult, RelayS
 from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.server.logs import JsonFormatter
 from relay_integrations.server.metrics import RelayMetrics
-from relay_integrations.testing.capable_model import capable_relay_config, capable_server
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
+from tests.fakes.capable_model import capable_relay_config, capable_server
 from tests.fakes.ports import refusing_port
 from tests.fakes.relay_http import ServedRelay, eventually, relay_http
 

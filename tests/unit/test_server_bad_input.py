@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from relay_integrations.server import RelayServer, ServerSettings
-from relay_integrations.testing.capable_model import capable_relay_config, capable_server
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
+from tests.fakes.capable_model import capable_relay_config, capable_server
 from tests.fakes.relay_http import ServedRelay, relay_http
 
 LIMITS = ServerSettings(max_tokens_limit=1000, max_messages=8, max_body_bytes=4096)

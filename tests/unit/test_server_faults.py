@@ -18,8 +18,8 @@ import pytest
 
 from relay_integrations.core import EndpointConfig, RelayConfig, SwitchPolicy
 from relay_integrations.server import RelayServer
-from relay_integrations.testing.capable_model import CAPABLE_CUES, capable_server
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedVLLM, serving
+from tests.fakes.capable_model import CAPABLE_CUES, capable_server
 from tests.fakes.relay_http import ServedRelay, eventually, relay_http
 from tests.fakes.tcp_table import established
 

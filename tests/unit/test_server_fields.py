@@ -17,9 +17,9 @@ import pytest
 
 from relay_integrations.server import RelayServer
 from relay_integrations.server.fields import IGNORED_FIELDS, REFUSED
-from relay_integrations.testing.capable_model import capable_relay_config, capable_server
 from relay_integrations.testing.qwen3_template import THINKING_OFF
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
+from tests.fakes.capable_model import capable_relay_config, capable_server
 from tests.fakes.relay_http import ServedRelay, relay_http
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "deployment.md"

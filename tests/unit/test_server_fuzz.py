@@ -33,8 +33,8 @@ from relay_integrations.core import SamplingConfig
 from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.server.fields import IGNORED_FIELDS, OFF_VALUES, REFUSED
 from relay_integrations.server.protocol import MAX_JSON_DEPTH, ChatCompletionRequest
-from relay_integrations.testing.capable_model import capable_relay_config, capable_server
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
+from tests.fakes.capable_model import capable_relay_config, capable_server
 from tests.fakes.relay_http import ServedRelay, eventually, relay_http
 from tests.fakes.tcp_table import established
 

@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from relay_integrations.testing.capable_model import CAPABLE_CUES, capable_server
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
+from tests.fakes.capable_model import CAPABLE_CUES, capable_server
 from tests.fakes.chat_stream import stream_in_thread
 
 EXITED_ON_SIGTERM = (0, -signal.SIGTERM)  # uvicorn re-raises the signal after its shutdown

@@ -27,8 +27,8 @@ import pytest
 from relay_integrations.core import EndpointConfig, RelayConfig
 from relay_integrations.server import ServerSettings
 from relay_integrations.server.workers import WorkerStartError, serve_workers
-from relay_integrations.testing.capable_model import CAPABLE_CUES, capable_server
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
+from tests.fakes.capable_model import CAPABLE_CUES, capable_server
 from tests.fakes.chat_stream import QUESTION, stream_in_thread, streamed_content
 
 MESSAGES: Any = [QUESTION]  # what the openai client is sent

@@ -16,8 +16,8 @@ from pydantic import SecretStr, ValidationError
 from relay_integrations.core.settings import RelaySettings
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
-from relay_integrations.testing.capable_model import capable_server, relay_fields
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
+from tests.fakes.capable_model import capable_server, relay_fields
 
 ADAPTERS = [RelayChatModel, RelayLLM]
 URLS = relay_fields("http://127.0.0.1:9/v1")
