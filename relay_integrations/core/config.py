@@ -19,6 +19,7 @@ import json
 import os
 import urllib.parse
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -302,23 +303,43 @@ class RelayConfig(_Frozen):
         cls, prefix: str = "RELAY_", environ: Mapping[str, str] | None = None
     ) -> dict[str, Any]:
         """The raw, not yet validated, nested values that :meth:`from_env` reads."""
+        return RelayEnvironment.read(prefix, environ).values
+
+
+@dataclass(frozen=True)
+class RelayEnvironment:
+    """The ``RELAY_*`` variables, read once (the one place the environment is read): the
+    nested values :meth:`RelayConfig.from_env` validates, ``RELAY_API_KEY`` already under
+    each endpoint that has no key of its own, and ``RELAY_API_KEY`` itself::
+
+        env = RelayEnvironment.read()
+        env.values["large"]["base_url"]  # RELAY_LARGE__BASE_URL
+    """
+
+    values: dict[str, Any]
+    shared_api_key: str | None
+
+    @classmethod
+    def read(
+        cls, prefix: str = "RELAY_", environ: Mapping[str, str] | None = None
+    ) -> RelayEnvironment:
         env = os.environ if environ is None else environ
         data: dict[str, Any] = {}
         for key, raw in env.items():
             if not key.startswith(prefix):
                 continue
             path = key[len(prefix) :].lower().split("__")
-            if path[0] not in cls.model_fields:
+            if path[0] not in RelayConfig.model_fields:
                 continue  # RELAY_* variables of other tools are not ours
             target = data
             for part in path[:-1]:
                 target = target.setdefault(part, {})
             target[path[-1]] = _parse_env_value(raw)
-        shared_key = env.get(prefix + "API_KEY")
+        shared_key = env.get(prefix + "API_KEY") or None
         if shared_key:
             for role in ("large", "small"):
                 data.setdefault(role, {}).setdefault("api_key", shared_key)
-        return data
+        return cls(data, shared_key)
 
 
 def _parse_env_value(raw: str) -> Any:

@@ -24,7 +24,7 @@ with what to use instead (:mod:`relay_integrations.core.habits`).
 
 from __future__ import annotations
 
-import os
+import copy
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
@@ -33,12 +33,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     PrivateAttr,
     SecretStr,
     ValidationError,
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 
 from .chat import ChatRequest, Message
 from .client import RelayClient
@@ -48,6 +50,7 @@ from .config import (
     MinP,
     Penalty,
     RelayConfig,
+    RelayEnvironment,
     RepetitionPenalty,
     RequestHook,
     SamplingConfig,
@@ -90,6 +93,12 @@ def _default(model: type[BaseModel], name: str) -> Any:
     return model.model_fields[name].get_default(call_default_factory=True)
 
 
+def _same_as(model: type[BaseModel], name: str, **changes: Any) -> Any:
+    """The core's field `name` of `model` (default, bounds, description), with `changes`: a
+    flat field declared once, in the core."""
+    return FieldInfo.merge_field_infos(model.model_fields[name], **changes)
+
+
 class RelaySettings(BaseModel):
     """Endpoints, cue set, policy and sampling of a relay model (a mixin for the adapters)."""
 
@@ -125,32 +134,16 @@ class RelaySettings(BaseModel):
         default_factory=dict,
         description="vLLM request fields for both models (alias model_kwargs, additional_kwargs)",
     )
-    timeout: float | None = Field(
-        default=None,
-        gt=0,
-        description="Seconds to wait for the next streamed chunk (default 600; alias "
-        "request_timeout)",
-    )
-    connect_timeout: float = Field(
-        default=_default(EndpointConfig, "connect_timeout"), gt=0, description="Seconds to connect"
-    )
-    max_retries: int = Field(
-        default=_default(EndpointConfig, "max_retries"),
-        ge=0,
-        description="Retries before the first token",
-    )
-    max_concurrency: int = Field(
-        default=_default(EndpointConfig, "max_concurrency"),
-        ge=1,
-        description="Requests in flight per endpoint",
-    )
+    timeout: float | None = _same_as(EndpointConfig, "read_timeout", default=None)
+    """Both endpoints' ``read_timeout`` (alias ``request_timeout``; None: the endpoints')."""
+    connect_timeout: float = _same_as(EndpointConfig, "connect_timeout")
+    max_retries: int = _same_as(EndpointConfig, "max_retries")
+    max_concurrency: int = _same_as(EndpointConfig, "max_concurrency")
     cues: str | list[str] = Field(
         default=_default(RelayConfig, "cues"),
         description="Cue artifact path (relaygen calibrate), 'builtin:NAME', or a list of cues",
     )
-    allow_model_mismatch: bool = Field(
-        default=False, description="Use a cue artifact calibrated for another model pair"
-    )
+    allow_model_mismatch: bool = _same_as(RelayConfig, "allow_model_mismatch")
     policy: SwitchPolicy = Field(default_factory=SwitchPolicy)
     temperature: Temperature = _default(SamplingConfig, "temperature")
     top_p: TopP = _default(SamplingConfig, "top_p")
@@ -160,11 +153,8 @@ class RelaySettings(BaseModel):
     frequency_penalty: Penalty | None = None
     repetition_penalty: RepetitionPenalty | None = None
     seed: Seed | None = None
-    max_tokens: int = Field(
-        default=_default(SamplingConfig, "max_tokens"),
-        ge=1,
-        description="Budget for reasoning plus answer (alias max_completion_tokens)",
-    )
+    max_tokens: int = _same_as(SamplingConfig, "max_tokens")
+    """Alias ``max_completion_tokens``."""
     stop: list[str] | None = Field(default=None, description="Stop sequences of the answer")
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict, description='e.g. {"enable_thinking": False}'
@@ -185,16 +175,25 @@ class RelaySettings(BaseModel):
     _client: RelayClient = PrivateAttr()
     _config: RelayConfig = PrivateAttr()
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _from_user(cls, data: Any) -> Any:
-        """Aliases renamed, habits refused with what to use instead, unset fields from the
-        environment (so that the fields read true)."""
+    def _configured(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        """The environment, read once, fills the unset fields (so that they read true) and
+        lies under them in the core's configuration; then the client is made."""
         if not isinstance(data, dict):
-            return data
+            return handler(data)
+        env = RelayEnvironment.read()
+        settings = handler(cls._from_user(data, env))
+        settings._connect(env)
+        return settings
+
+    @classmethod
+    def _from_user(cls, data: Mapping[str, Any], environment: RelayEnvironment) -> dict[str, Any]:
+        """Aliases renamed, habits refused with what to use instead, unset fields from the
+        environment."""
         filled = cls._renamed(data)
         cls._refuse_unknown(filled)
-        env = RelayConfig.env_values()
+        env = environment.values
         for name, (role, key) in _ROLE_FIELDS.items():
             if filled.get(name) is None and key in env.get(role, {}):
                 filled[name] = env[role][key]
@@ -204,8 +203,8 @@ class RelaySettings(BaseModel):
         for name in _TOP_FIELDS:
             if filled.get(name) is None and name in env:
                 filled[name] = env[name]
-        if filled.get("api_key") is None and os.environ.get("RELAY_API_KEY"):
-            filled["api_key"] = os.environ["RELAY_API_KEY"]
+        if filled.get("api_key") is None and environment.shared_api_key:
+            filled["api_key"] = environment.shared_api_key
         return filled
 
     @classmethod
@@ -254,14 +253,12 @@ class RelaySettings(BaseModel):
             return value.model_dump(exclude_unset=True)
         return value
 
-    @model_validator(mode="after")
-    def _connect(self) -> Self:
+    def _connect(self, environment: RelayEnvironment) -> None:
         """Build the configuration and load the cue set (a bad artifact or a bad field fails
         here, with its reason); make the client."""
-        self._config = self._build_config()
+        self._config = self._build_config(environment)
         self._client = RelayClient(self._config, self.load_cues(), renderer=self.renderer)
         weakref.finalize(self, self._client.close_later)  # dropped unclosed: close anyway
-        return self
 
     def close(self) -> None:
         """Close the model's connections to both servers (``with model: ...`` does it too).
@@ -354,11 +351,11 @@ class RelaySettings(BaseModel):
             **fields,
         )
 
-    def _build_config(self) -> RelayConfig:
-        data = RelayConfig.env_values()  # RELAY_API_KEY already under each endpoint there
+    def _build_config(self, environment: RelayEnvironment) -> RelayConfig:
+        data = copy.deepcopy(environment.values)  # RELAY_API_KEY under each endpoint there
         given = {name: getattr(self, name) for name in self.model_fields_set}
         if self.api_key is not None and (
-            self.api_key.get_secret_value() == os.environ.get("RELAY_API_KEY")
+            self.api_key.get_secret_value() == environment.shared_api_key
         ):
             del given["api_key"]  # from RELAY_API_KEY: RELAY_LARGE__API_KEY still wins over it
         for role in ("large", "small"):
