@@ -305,41 +305,12 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         """
         if kwargs:
             raise TypeError(f"unsupported arguments: {sorted(kwargs)}")
-        pydantic_schema = isinstance(schema, type) and is_basemodel_subclass(schema)
         if method != "json_mode" and schema is None:
             raise ValueError(f"method {method!r} needs a schema")
-        output_parser: Runnable[Any, Any]
-        traced = {"kwargs": {"method": method}, "schema": schema}
         if method == "function_calling":
-            assert schema is not None
-            tool = convert_to_openai_tool(schema)
-            name = tool["function"]["name"]
-            llm = self.bind_tools(
-                [schema],
-                tool_choice=name,
-                parallel_tool_calls=False,
-                strict=strict,
-                ls_structured_output_format={**traced, "schema": tool},
-            )
-            output_parser = (
-                PydanticToolsParser(tools=[schema], first_tool_only=True)
-                if pydantic_schema
-                else JsonOutputKeyToolsParser(key_name=name, first_tool_only=True)
-            )
+            llm, output_parser = self._forced_tool_call(schema, strict)
         elif method in ("json_schema", "json_mode"):
-            response_format: dict[str, Any] = {"type": "json_object"}
-            if method == "json_schema":
-                assert schema is not None
-                response_format = {
-                    "type": "json_schema",
-                    "json_schema": {"schema": _json_schema(schema)},
-                }
-            llm = self.bind(response_format=response_format, ls_structured_output_format=traced)
-            output_parser = (
-                PydanticOutputParser(pydantic_object=schema)
-                if pydantic_schema
-                else JsonOutputParser()
-            )
+            llm, output_parser = self._json_answer(schema, method)
         else:
             raise ValueError(
                 f"unknown method {method!r}: use function_calling, json_schema or json_mode"
@@ -353,6 +324,47 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         return RunnableMap(raw=llm) | parsed.with_fallbacks(
             [fallback], exception_key="parsing_error"
         )
+
+    def _forced_tool_call(
+        self, schema: Any, strict: bool | None
+    ) -> tuple[Runnable[LanguageModelInput, BaseMessage], Runnable[Any, Any]]:
+        """``with_structured_output(method="function_calling")``: the model and its parser."""
+        tool = convert_to_openai_tool(schema)
+        name = tool["function"]["name"]
+        traced = {"kwargs": {"method": "function_calling"}, "schema": tool}
+        llm = self.bind_tools(
+            [schema],
+            tool_choice=name,
+            parallel_tool_calls=False,
+            strict=strict,
+            ls_structured_output_format=traced,
+        )
+        parser: Runnable[Any, Any]
+        if isinstance(schema, type) and is_basemodel_subclass(schema):
+            parser = PydanticToolsParser(tools=[schema], first_tool_only=True)
+        else:
+            parser = JsonOutputKeyToolsParser(key_name=name, first_tool_only=True)
+        return llm, parser
+
+    def _json_answer(
+        self, schema: Any, method: str
+    ) -> tuple[Runnable[LanguageModelInput, BaseMessage], Runnable[Any, Any]]:
+        """``with_structured_output(method="json_schema" | "json_mode")``: the model and its
+        parser."""
+        response_format: dict[str, Any] = {"type": "json_object"}
+        if method == "json_schema":
+            response_format = {
+                "type": "json_schema",
+                "json_schema": {"schema": _json_schema(schema)},
+            }
+        traced = {"kwargs": {"method": method}, "schema": schema}
+        llm = self.bind(response_format=response_format, ls_structured_output_format=traced)
+        parser: Runnable[Any, Any]
+        if isinstance(schema, type) and is_basemodel_subclass(schema):
+            parser = PydanticOutputParser(pydantic_object=schema)
+        else:
+            parser = JsonOutputParser()
+        return llm, parser
 
     # -- token counting -------------------------------------------------------------------
 

@@ -57,7 +57,12 @@ class RelayMetrics:
             )
         self.multiprocess = multiprocess
         self.registry = CollectorRegistry()
-        r = self.registry
+        self._declare_traffic(self.registry)
+        self._declare_generations(self.registry)
+
+    def _declare_traffic(self, r: CollectorRegistry) -> None:
+        """The server's own figures: requests, errors, refusals, generations in flight, the
+        event loop's lag."""
         self.requests = Counter(
             "relay_requests", "HTTP requests by path and status", ["path", "status"], registry=r
         )
@@ -70,6 +75,23 @@ class RelayMetrics:
         self.rejected = Counter(
             "relay_rejected", "Requests refused with 429 at the concurrency limit", registry=r
         )
+        self.inflight = Gauge(
+            "relay_inflight_generations",
+            "Generations being written now",
+            multiprocess_mode="livesum",  # of the workers alive (one process: its own value)
+            registry=r,
+        )
+        self.loop_lag = Histogram(
+            "relay_event_loop_lag_seconds",
+            f"How late a timer wakes up on the server's event loop (one every "
+            f"{LOOP_LAG_INTERVAL:g} s): a busy loop delays every stream it serves",
+            buckets=_LAG_SECONDS,
+            registry=r,
+        )
+
+    def _declare_generations(self, r: CollectorRegistry) -> None:
+        """What the generations did: tokens per model, the large model's share, switches,
+        speculative hand-offs, resumed streams, the prompt warm-up, and their times."""
         self.tokens = Counter(
             "relay_tokens",
             "Tokens per model; kind is prompt, cached (of prompt) or completion",
@@ -121,19 +143,6 @@ class RelayMetrics:
             "relay_time_to_first_token_seconds",
             "Time to the first streamed text of a generation",
             buckets=_SECONDS,
-            registry=r,
-        )
-        self.inflight = Gauge(
-            "relay_inflight_generations",
-            "Generations being written now",
-            multiprocess_mode="livesum",  # of the workers alive (one process: its own value)
-            registry=r,
-        )
-        self.loop_lag = Histogram(
-            "relay_event_loop_lag_seconds",
-            f"How late a timer wakes up on the server's event loop (one every "
-            f"{LOOP_LAG_INTERVAL:g} s): a busy loop delays every stream it serves",
-            buckets=_LAG_SECONDS,
             registry=r,
         )
 
