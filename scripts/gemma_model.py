@@ -55,11 +55,13 @@ WEIGHTS_RECIPE = "gemma3-270m-bf16-v1"
 #   ... (3 more worked examples) ...
 #   Question: {user}\nLet's think step by step.\n<think>\n                  <- generation prompt
 #
-# * The worked examples write short sentences that open with "First,", "Next,", "Now,",
-#   "So", "Then", "Thus", "Therefore,", close with "</think>" and give "Answer: ...": the model
-#   copies that shape (measured: 23 of 24 samples close </think> and write "Answer:").
-#   They are the same text for every request, so vLLM's prefix cache reuses them (3 blocks of
-#   128 tokens). ``chat_template_kwargs: {"worked_examples": false}`` leaves them out (then the
+# * The worked examples write each step as a plan line ("Now I add the two parts.") and its
+#   computation opened with "So," ("So, 120 plus 60 is 180."), end with "Therefore, ...",
+#   close with "</think>" and give "Answer: ...": the model copies that shape (in the demo
+#   pair's calibration, 137 of 164 traces close </think> within 384 tokens and 150 write
+#   "So," at least twice; examples/calibration-math500-gemma3-smollm2/README.md says why this
+#   shape). They are the same text for every request, so vLLM's prefix cache reuses them
+#   (582 tokens with the generation prompt: 4 blocks of 128). ``chat_template_kwargs: {"worked_examples": false}`` leaves them out (then the
 #   base model rambles and never closes </think>).
 # * Turns are separated by a blank line and the next one starts with "Question", which the
 #   model writes right after its answer. "Question" (one token) is therefore an extra end-of-
