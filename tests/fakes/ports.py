@@ -1,4 +1,5 @@
-"""A loopback port that refuses connections, for tests of a server that is not up."""
+"""Loopback ports: a free one for a server a test starts, one that refuses connections for
+tests of a server that is not up."""
 
 from __future__ import annotations
 
@@ -16,3 +17,10 @@ def refusing_port() -> Iterator[int]:
         yield sock.getsockname()[1]
     finally:
         sock.close()
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (a server the test starts takes it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -13,7 +13,6 @@ import asyncio
 import logging
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from relay_integrations.core import (
     TextDelta,
 )
 from relay_integrations.testing import forcing
+from tests.fakes.ports import free_port
 
 from .conftest import Replica, Server, pair_options, running_requests, settled_metric
 from .test_relay_real_vllm import QUESTION, QWEN_TRACE, qwen_config, run
@@ -184,12 +184,6 @@ async def test_a_replica_killed_mid_generation_costs_a_resume_and_no_text(
     resumed = [r.getMessage() for r in caplog.records if "resuming" in r.getMessage()]
     assert len(resumed) == 1 and router_hash.url in resumed[0], resumed
     print(f"\n{resumed[0]}\nseconds: {result.stats.total_seconds:.1f}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,16 +17,12 @@ import httpx
 import pytest
 
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
-from tests.fakes.capable_model import CAPABLE_CUES, capable_server
+from tests.fakes.capable_model import capable_server
 from tests.fakes.chat_stream import stream_in_thread
+from tests.fakes.ports import free_port
+from tests.fakes.relay_env import relay_server_env
 
 EXITED_ON_SIGTERM = (0, -signal.SIGTERM)  # uvicorn re-raises the signal after its shutdown
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager
@@ -36,16 +31,7 @@ def relaygen_serve(
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """``relaygen serve`` on a free port, endpoints from RELAY_* variables; yields (process, url)."""
     port = free_port()
-    env = {
-        **os.environ,
-        "RELAY_LARGE__BASE_URL": upstream.base_url,
-        "RELAY_LARGE__MODEL": "large",
-        "RELAY_SMALL__BASE_URL": upstream.base_url,
-        "RELAY_SMALL__MODEL": "small",
-        "RELAY_CUES": json.dumps(CAPABLE_CUES),
-        "RELAY_POLICY__COOLDOWN_TOKENS": "0",
-        "RELAY_SERVER_PORT": str(port),
-    }
+    env = relay_server_env(upstream, port)
     process = subprocess.Popen(
         [sys.executable, "-m", "relay_integrations.cli", "serve", *args],
         env=env,

@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,31 +27,14 @@ from relay_integrations.core import EndpointConfig, RelayConfig
 from relay_integrations.server import ServerSettings
 from relay_integrations.server.workers import WorkerStartError, serve_workers
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
-from tests.fakes.capable_model import CAPABLE_CUES, capable_server
+from tests.fakes.capable_model import capable_server
 from tests.fakes.chat_stream import QUESTION, stream_in_thread, streamed_content
+from tests.fakes.ports import free_port
+from tests.fakes.relay_env import relay_server_env
 
 MESSAGES: Any = [QUESTION]  # what the openai client is sent
 ANSWER = "The answer is 42."
 CHAT = "/v1/chat/completions"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def upstream_env(upstream: ScriptedVLLM, port: int) -> dict[str, str]:
-    return {
-        **os.environ,
-        "RELAY_LARGE__BASE_URL": upstream.base_url,
-        "RELAY_LARGE__MODEL": "large",
-        "RELAY_SMALL__BASE_URL": upstream.base_url,
-        "RELAY_SMALL__MODEL": "small",
-        "RELAY_CUES": json.dumps(CAPABLE_CUES),
-        "RELAY_POLICY__COOLDOWN_TOKENS": "0",
-        "RELAY_SERVER_PORT": str(port),
-    }
 
 
 @dataclass
@@ -110,7 +92,7 @@ def relaygen_serve_workers(upstream: ScriptedVLLM, *args: str) -> Iterator[Serve
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "relay_integrations.cli", "serve", "--workers", "2", *args],
-        env=upstream_env(upstream, port),
+        env=relay_server_env(upstream, port),
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -273,7 +255,7 @@ def test_workers_drain_and_exit_when_the_supervisor_is_killed() -> None:
 
 
 def test_a_bad_configuration_stops_every_worker_with_the_reason() -> None:
-    env = upstream_env(capable_server(), free_port()) | {"RELAY_CUES": "/nonexistent/cues.json"}
+    env = relay_server_env(capable_server(), free_port()) | {"RELAY_CUES": "/nonexistent/cues.json"}
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "relay_integrations.cli", "serve", "--workers", "2"],
