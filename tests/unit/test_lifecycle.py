@@ -22,16 +22,10 @@ from llama_index.core.base.llms.types import ChatMessage
 from relay_integrations.core.settings import RelaySettings
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
-from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
-from tests.fakes.capable_model import capable_server, relay_fields
+from relay_integrations.testing.scripted_vllm import ScriptedVLLM
+from tests.fakes.capable_model import relay_fields
 
 QUESTION = "What is 2 + 2?"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ScriptedVLLM]:
-    with serving(capable_server()) as running:
-        yield running
 
 
 def open_fds() -> int:

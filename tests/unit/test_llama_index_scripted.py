@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from examples.llama_index_agent import build_agent
 from relay_integrations.llama_index import RelayLLM
 from relay_integrations.testing.qwen3_template import ASSISTANT
 from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM, serving
-from tests.fakes.capable_model import capable, capable_server, relay_fields
+from tests.fakes.capable_model import capable, relay_fields
 
 POPULATIONS = {"paris": 2_102_650}
 
@@ -38,14 +37,6 @@ def multiply(a: float, b: float) -> float:
 
 
 TOOLS = [FunctionTool.from_defaults(get_population), FunctionTool.from_defaults(multiply)]
-
-
-@pytest.fixture
-def server() -> Iterator[ScriptedVLLM]:
-    # On its own loop, in a thread, like a real server: LlamaIndex reads the sync `metadata`
-    # property (the context window, asked of the server once) from inside its event loop.
-    with serving(capable_server()) as running:
-        yield running
 
 
 def relay_llm(server: ScriptedVLLM, **fields: object) -> RelayLLM:

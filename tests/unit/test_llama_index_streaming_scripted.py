@@ -34,6 +34,7 @@ QUESTION = [ChatMessage(role="user", content="What is 2 + 3?")]
 
 @pytest.fixture
 def server() -> Iterator[ScriptedVLLM]:
+    """A fresh upstream for each test: the token-count tests add up every request it saw."""
     with serving(capable_server()) as running:
         yield running
 

@@ -7,7 +7,7 @@ table with the real messages (docs/langchain.md and docs/llama-index.md show it)
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -743,12 +743,6 @@ def _prompt() -> Any:
     from llama_index.core.prompts import PromptTemplate
 
     return PromptTemplate(QUESTION)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ScriptedVLLM]:
-    with serving(capable_server()) as running:
-        yield running
 
 
 def run_habit(adapter: type[Any], habit: Habit, server: ScriptedVLLM) -> Any:

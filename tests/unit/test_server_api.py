@@ -58,12 +58,6 @@ POPULATION: Any = {
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[ScriptedVLLM]:
-    with serving(capable_server()) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
 def slow_upstream() -> Iterator[ScriptedVLLM]:
     """About 50 ms a token: a generation takes a few seconds, long enough to act during it."""
     with serving(capable_server(token_delay=0.05)) as running:

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from relay_integrations.server import RelayServer, ServerSettings
-from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
-from tests.fakes.capable_model import capable_relay_config, capable_server
+from relay_integrations.testing.scripted_vllm import ScriptedVLLM
+from tests.fakes.capable_model import capable_relay_config
 from tests.fakes.relay_http import ServedRelay, relay_http
 
 LIMITS = ServerSettings(max_tokens_limit=1000, max_messages=8, max_body_bytes=4096)
@@ -275,12 +275,6 @@ CASES: list[tuple[str, str, Any, int, str, str | None]] = [
     ("unknown path", "POST /v1/completions", chat(), 404, "no route /v1/completions", "not_found"),
     ("unknown root path", "GET /v2/anything", None, 404, "no route /v2/anything", "not_found"),
 ]
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[ScriptedVLLM]:
-    with serving(capable_server()) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")

@@ -33,12 +33,6 @@ BODY = {"model": "large", "messages": QUESTION}
 STALL = 5.0  # seconds an upstream stalls; the relay gives up after its read timeout (0.5 s)
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[ScriptedVLLM]:
-    with serving(capable_server()) as running:
-        yield running
-
-
 @pytest.fixture(autouse=True)
 def no_faults_left(upstream: ScriptedVLLM) -> Iterator[None]:
     yield

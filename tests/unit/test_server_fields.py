@@ -18,8 +18,8 @@ import pytest
 from relay_integrations.server import RelayServer
 from relay_integrations.server.fields import IGNORED_FIELDS, REFUSED
 from relay_integrations.testing.qwen3_template import THINKING_OFF
-from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
-from tests.fakes.capable_model import capable_relay_config, capable_server
+from relay_integrations.testing.scripted_vllm import ScriptedVLLM
+from tests.fakes.capable_model import capable_relay_config
 from tests.fakes.relay_http import ServedRelay, relay_http
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "deployment.md"
@@ -162,12 +162,6 @@ ROWS = [
     Row("request_id", "abc", "refused", "X-Request-Id"),
     Row("temprature", 0.3, "refused", "did you mean 'temperature'?"),  # any unknown field
 ]
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[ScriptedVLLM]:
-    with serving(capable_server()) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")

@@ -33,8 +33,8 @@ from relay_integrations.core import SamplingConfig
 from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.server.fields import IGNORED_FIELDS, OFF_VALUES, REFUSED
 from relay_integrations.server.protocol import MAX_JSON_DEPTH, ChatCompletionRequest
-from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
-from tests.fakes.capable_model import capable_relay_config, capable_server
+from relay_integrations.testing.scripted_vllm import ScriptedVLLM
+from tests.fakes.capable_model import capable_relay_config
 from tests.fakes.relay_http import ServedRelay, eventually, relay_http
 from tests.fakes.tcp_table import established
 
@@ -132,12 +132,6 @@ def rss_bytes() -> int:
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[ScriptedVLLM]:
-    with serving(capable_server()) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")
