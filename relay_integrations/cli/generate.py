@@ -133,8 +133,8 @@ def _print_stats(out: TextIO, result: RelayResult) -> None:
     print(f"switches:          {stats.switches}", file=out)
     if stats.speculative_handoffs or stats.speculative_misses:
         print(
-            f"opened ahead:      {stats.speculative_handoffs} hand-offs' requests used, "
-            f"{stats.speculative_misses} closed unused",
+            f"speculative:       {stats.speculative_handoffs} hand-offs' requests opened "
+            f"ahead and used, {stats.speculative_misses} closed unused",
             file=out,
         )
     if stats.warm_up is not None:
