@@ -62,22 +62,23 @@ def add_relay_options(parser: argparse.ArgumentParser) -> None:
     """Endpoints, cue set and sampling of a relay (``relaygen generate``, ``relaygen serve``)."""
     add_endpoint_options(parser, "large", "small")
     add_cue_options(parser)
-    parser.add_argument(
-        "--max-small-tokens",
-        type=int,
-        help="the small model's cap per mid-reasoning turn (SwitchPolicy.max_small_tokens; "
-        "calibrate with the same --max-span-tokens)",
-    )
     add_sampling_options(parser, budget="budget for reasoning plus answer")
 
 
 def add_cue_options(parser: argparse.ArgumentParser) -> None:
-    """``--cues`` and ``--allow-model-mismatch``."""
+    """``--cues``, ``--allow-model-mismatch`` and ``--max-small-tokens`` (the turn the cues
+    hand to the small model)."""
     parser.add_argument("--cues", help="cue artifact path, builtin:NAME, or a JSON list of cues")
     parser.add_argument(
         "--allow-model-mismatch",
         action="store_true",
         help="use a cue artifact calibrated for another model pair",
+    )
+    parser.add_argument(
+        "--max-small-tokens",
+        type=int,
+        help="the small model's cap per mid-reasoning turn (SwitchPolicy.max_small_tokens; "
+        "calibrate with the same --max-span-tokens)",
     )
 
 
