@@ -62,23 +62,22 @@ def add_relay_options(parser: argparse.ArgumentParser) -> None:
     """Endpoints, cue set and sampling of a relay (``relaygen generate``, ``relaygen serve``)."""
     add_endpoint_options(parser, "large", "small")
     add_cue_options(parser)
-    add_sampling_options(parser, budget="budget for reasoning plus answer")
-
-
-def add_cue_options(parser: argparse.ArgumentParser) -> None:
-    """``--cues``, ``--allow-model-mismatch`` and ``--max-small-tokens`` (the turn the cues
-    hand to the small model)."""
-    parser.add_argument("--cues", help="cue artifact path, builtin:NAME, or a JSON list of cues")
-    parser.add_argument(
-        "--allow-model-mismatch",
-        action="store_true",
-        help="use a cue artifact calibrated for another model pair",
-    )
     parser.add_argument(
         "--max-small-tokens",
         type=int,
         help="the small model's cap per mid-reasoning turn (SwitchPolicy.max_small_tokens; "
         "calibrate with the same --max-span-tokens)",
+    )
+    add_sampling_options(parser, budget="budget for reasoning plus answer")
+
+
+def add_cue_options(parser: argparse.ArgumentParser) -> None:
+    """``--cues`` and ``--allow-model-mismatch``."""
+    parser.add_argument("--cues", help="cue artifact path, builtin:NAME, or a JSON list of cues")
+    parser.add_argument(
+        "--allow-model-mismatch",
+        action="store_true",
+        help="use a cue artifact calibrated for another model pair",
     )
 
 
@@ -117,8 +116,9 @@ def relay_config(args: argparse.Namespace) -> RelayConfig:
         values["cues"] = _cues(args.cues)
     if args.allow_model_mismatch:
         values["allow_model_mismatch"] = True
-    if args.max_small_tokens is not None:
-        values["policy"] = {**values.get("policy", {}), "max_small_tokens": args.max_small_tokens}
+    small_cap = vars(args).get("max_small_tokens")  # the commands that run a relay have it
+    if small_cap is not None:
+        values["policy"] = {**values.get("policy", {}), "max_small_tokens": small_cap}
     values["sampling"] = sampling_values(args, values)
     return RelayConfig.model_validate(values)
 

@@ -82,3 +82,12 @@ def test_the_small_models_cap_is_an_option_over_the_environment(
     assert (policy.max_small_tokens, policy.cooldown_tokens) == (40, 3)
     with pytest.raises(ValidationError, match="max_small_tokens"):
         relay_config(parse("--max-small-tokens", "0"))
+
+
+def test_check_refuses_the_small_models_cap_it_would_not_use(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["check", *ENDPOINTS, "--max-small-tokens", "40"])
+    assert exit_.value.code == 2
+    assert "unrecognized arguments: --max-small-tokens 40" in capsys.readouterr().err
