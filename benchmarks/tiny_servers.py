@@ -16,9 +16,9 @@ from collections.abc import Sequence
 
 import openai
 
-from relay_integrations.core import EndpointConfig, RelayConfig, RelaySwitcher, SamplingConfig
-from relay_integrations.core.config import SwitchPolicy
 from relay_integrations.jobs.statistics import median
+from relay_integrations.relay import EndpointConfig, RelayConfig, RelaySwitcher, SamplingConfig
+from relay_integrations.relay.config import SwitchPolicy
 from relay_integrations.testing import forcing
 
 ENVIRONMENT = (

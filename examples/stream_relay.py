@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from relay_integrations.core import RelayConfig, RelayDone, RelaySwitcher, SegmentDone, TextDelta
+from relay_integrations.relay import RelayConfig, RelayDone, RelaySwitcher, SegmentDone, TextDelta
 
 
 async def main(question: str) -> None:

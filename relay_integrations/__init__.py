@@ -1,7 +1,7 @@
 """RelayGen for LangChain and LlamaIndex: a large reasoning model and a small one, switching
 inside one generation over two vLLM OpenAI-compatible servers.
 
-The relay itself lives in :mod:`relay_integrations.core` and needs neither framework; each
+The relay itself lives in :mod:`relay_integrations.relay` and needs neither framework; each
 adapter is an extra::
 
     pip install relay-integrations                 # the core, relaygen generate and calibrate
@@ -9,7 +9,7 @@ adapter is an extra::
     pip install 'relay-integrations[llama-index]'  # relay_integrations.llama_index.RelayLLM
 """
 
-from .core import (
+from .relay import (
     EndpointConfig,
     RelayConfig,
     RelayResult,

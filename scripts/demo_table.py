@@ -9,7 +9,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from relay_integrations.core import RelayResult
+from relay_integrations.relay import RelayResult
 
 
 def row(seed: str, result: RelayResult) -> str:

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.machine import MachineFacts
-from relay_integrations.core.config import ModelRole
 from relay_integrations.jobs.progress import Progress
 from relay_integrations.testing.gpu_speed import LatencyModel
+from relay_integrations.upstream.config import ModelRole
 
 from .report import Level, keeps_up_to, level, plot, table
 from .runs import Load, Run, Setup, large_alone_run, relay_run, serve_run

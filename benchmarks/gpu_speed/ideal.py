@@ -15,9 +15,9 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from relay_integrations.core import RelayResult
-from relay_integrations.core.config import ModelRole
+from relay_integrations.relay import RelayResult
 from relay_integrations.testing.gpu_speed import Engine, LatencyModel, VirtualClockLoop
+from relay_integrations.upstream.config import ModelRole
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from relay_integrations.core.config import ModelRole
 from relay_integrations.jobs.plotting import pyplot
 from relay_integrations.jobs.statistics import percentile
 from relay_integrations.testing.gpu_speed import LatencyModel
+from relay_integrations.upstream.config import ModelRole
 
 from .ideal import ideal_walls
 from .runs import Run

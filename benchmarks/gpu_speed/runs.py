@@ -29,17 +29,17 @@ import httpx
 from benchmarks.proc import cpu_seconds
 from benchmarks.server_load.processes import free_port, start_server, wait_healthy
 from benchmarks.upstream import stop as stop_process
-from relay_integrations.core import (
+from relay_integrations.relay import (
     EndpointConfig,
     RelayConfig,
     RelayResult,
     RelaySwitcher,
     SamplingConfig,
 )
-from relay_integrations.core.config import ModelRole
-from relay_integrations.core.endpoint import CompletionRequest, Endpoint
 from relay_integrations.server.metrics import watch_loop_lag
 from relay_integrations.testing.qwen3_template import render_chat, tokenize
+from relay_integrations.upstream.config import ModelRole
+from relay_integrations.upstream.endpoint import CompletionRequest, Endpoint
 
 from . import upstream
 from .ideal import Turn, turns_of

@@ -12,8 +12,8 @@ from typing import Literal
 
 import httpx
 
-from relay_integrations.core import EndpointConfig, RelayConfig, RelaySwitcher, SwitchPolicy
 from relay_integrations.jobs.progress import Progress
+from relay_integrations.relay import EndpointConfig, RelayConfig, RelaySwitcher, SwitchPolicy
 
 from ..proc import memory_mb
 from .client_shards import DEFAULT_SHARD_SIZE, ClientShards

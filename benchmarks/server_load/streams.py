@@ -10,14 +10,14 @@ from typing import Any
 
 import httpx
 
-from relay_integrations.core import RelaySwitcher
-from relay_integrations.core.chat import (
+from relay_integrations.chat.exchange import (
     ChatRequest,
     ChatResponse,
     ContentDelta,
     ReasoningDelta,
     stream_chat,
 )
+from relay_integrations.relay import RelaySwitcher
 
 from .figures import Sample
 

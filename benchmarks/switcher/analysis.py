@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 
-from relay_integrations.core.config import ModelRole
 from relay_integrations.jobs.statistics import median
+from relay_integrations.upstream.config import ModelRole
 
 from .recording import Generation, RequestRecord
 from .results import (

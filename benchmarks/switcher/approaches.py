@@ -12,16 +12,17 @@ import openai
 from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletionMessageParam
 
-from relay_integrations.core import (
+from relay_integrations.relay import (
     EndpointConfig,
     RelayConfig,
     RelaySwitcher,
     SamplingConfig,
     SwitchPolicy,
 )
-from relay_integrations.core.config import ModelRole, Phase
-from relay_integrations.core.endpoint import Endpoint
-from relay_integrations.core.switcher import ROLES
+from relay_integrations.relay.config import Phase
+from relay_integrations.relay.switcher import ROLES
+from relay_integrations.upstream.config import ModelRole
+from relay_integrations.upstream.endpoint import Endpoint
 
 from .forcing import Forcer, TokenForcing
 from .rates import open_stream

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 
 from benchmarks import upstream
 from benchmarks.machine import REPO, MachineFacts
-from relay_integrations.core.config import ModelRole
 from relay_integrations.jobs.statistics import median
+from relay_integrations.upstream.config import ModelRole
 
 from .analysis import summarize
 from .client_cost import ClientCosts, client_costs

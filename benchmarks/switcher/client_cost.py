@@ -15,14 +15,14 @@ from pydantic import BaseModel
 
 from benchmarks.proc import cpu_seconds
 from benchmarks.upstream import CUES
-from relay_integrations.core import (
+from relay_integrations.jobs.statistics import percentile
+from relay_integrations.relay import (
     EndpointConfig,
     RelayConfig,
     RelayResult,
     RelaySwitcher,
     SwitchPolicy,
 )
-from relay_integrations.jobs.statistics import percentile
 
 from .meters import CpuMeter, log
 from .results import Medians

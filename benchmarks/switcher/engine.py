@@ -11,8 +11,8 @@ import httpx
 import openai
 
 from benchmarks.proc import load_average
-from relay_integrations.core.config import ModelRole
-from relay_integrations.core.endpoint import Endpoint
+from relay_integrations.upstream.config import ModelRole
+from relay_integrations.upstream.endpoint import Endpoint
 
 from .analysis import analyse, ideal_time
 from .approaches import Relay, authors_generate, authors_rendering, large_alone

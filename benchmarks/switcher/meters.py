@@ -13,7 +13,7 @@ import httpx
 
 from benchmarks.machine import REPO
 from benchmarks.proc import machine_busy_seconds, process_groups_seconds
-from relay_integrations.core.config import ModelRole
+from relay_integrations.upstream.config import ModelRole
 
 from .servers import Server
 

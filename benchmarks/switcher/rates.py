@@ -13,9 +13,9 @@ from typing import Any
 import openai
 from openai.types import Completion
 
-from relay_integrations.core.config import ModelRole
 from relay_integrations.jobs.statistics import median
 from relay_integrations.testing import regex_literal
+from relay_integrations.upstream.config import ModelRole
 
 from .forcing import Rest, forced_body
 from .meters import SENT, WRITTEN

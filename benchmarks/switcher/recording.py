@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from relay_integrations.core.completion import CompletionRequest, StreamPiece
-from relay_integrations.core.config import ModelRole
-from relay_integrations.core.observer import ObservedEndpoint, RequestObserver
+from relay_integrations.upstream.completion import CompletionRequest, StreamPiece
+from relay_integrations.upstream.config import ModelRole
+from relay_integrations.upstream.observer import ObservedEndpoint, RequestObserver
 
 from .rates import Rates
 from .settings import QUIET

@@ -28,8 +28,8 @@ from dataclasses import dataclass, replace
 
 import httpx
 
-from relay_integrations.core.config import ModelRole
-from relay_integrations.core.endpoint import CompletionRequest, Endpoint
+from relay_integrations.upstream.config import ModelRole
+from relay_integrations.upstream.endpoint import CompletionRequest, Endpoint
 
 from .recording import Generation
 from .servers import Server

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from relay_integrations.core.config import ModelRole
+from relay_integrations.upstream.config import ModelRole
 
 from .analysis import example_generation
 from .client_cost import ClientCosts

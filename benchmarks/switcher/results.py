@@ -15,8 +15,8 @@ from typing import Self
 from pydantic import BaseModel
 
 from benchmarks.machine import MachineFacts
-from relay_integrations.core.config import ModelRole
 from relay_integrations.jobs.statistics import median
+from relay_integrations.upstream.config import ModelRole
 
 from .rates import Extras, Rates
 from .recording import Generation

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import httpx
 
-from relay_integrations.core.config import ModelRole
+from relay_integrations.upstream.config import ModelRole
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,14 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..core.config import CONTEXT_MARGIN, ModelRole, RequestHook, SamplingConfig
-from ..core.endpoint import CompletionRequest
-from ..core.errors import RelayError
-from ..core.reasoning import PromptReasoning, split_reasoning
-from ..core.rendering import ChatInput
-from ..core.result import RelayResult
-from ..core.switcher import RelaySwitcher
+from ..relay.config import CONTEXT_MARGIN, RequestHook
+from ..relay.reasoning import PromptReasoning, split_reasoning
+from ..relay.result import RelayResult
+from ..relay.switcher import RelaySwitcher
+from ..upstream.config import ModelRole, SamplingConfig
+from ..upstream.endpoint import CompletionRequest
+from ..upstream.errors import RelayError
+from ..upstream.rendering import ChatInput
 from .answers import grade
 from .problems import Problem
 

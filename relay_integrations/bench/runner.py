@@ -16,13 +16,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..core.config import RelayConfig, RequestHook
-from ..core.cues import CueSet
-from ..core.switcher import RelaySwitcher
 from ..jobs.concurrency import run_bounded
 from ..jobs.datasets import DatasetError
 from ..jobs.progress import Progress
 from ..jobs.records import RecordFile
+from ..relay.config import RelayConfig, RequestHook
+from ..relay.cues import CueSet
+from ..relay.switcher import RelaySwitcher
 from .generate import MODES, BenchRecord, Mode, generate
 from .problems import Problem, Problems
 from .stats import latest

@@ -2,7 +2,7 @@
 
 The large model writes reasoning traces (or you bring your own); the small model scores each
 one in a single prefill; a candidate cue is kept when the small model is reliably confident
-after it. The result is a :class:`~relay_integrations.core.artifact.CueArtifact` that the
+after it. The result is a :class:`~relay_integrations.relay.artifact.CueArtifact` that the
 switcher loads. ``relaygen calibrate`` runs it all from the command line.
 """
 

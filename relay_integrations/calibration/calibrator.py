@@ -26,7 +26,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .. import __version__
-from ..core.artifact import (
+from ..jobs.concurrency import run_bounded
+from ..jobs.datasets import ProblemSet
+from ..jobs.progress import Progress
+from ..relay.artifact import (
     CalibrationRecord,
     CalibrationSet,
     CueArtifact,
@@ -35,14 +38,12 @@ from ..core.artifact import (
     SelectionRule,
     TraceSampling,
 )
-from ..core.closing import AsyncClosing
-from ..core.config import EndpointConfig, ReasoningMarkers, SamplingConfig
-from ..core.endpoint import Endpoint
-from ..core.errors import RelayError
-from ..core.rendering import CachingRenderer, PromptRenderer, ServerChatTemplate
-from ..jobs.concurrency import run_bounded
-from ..jobs.datasets import ProblemSet
-from ..jobs.progress import Progress
+from ..relay.closing import AsyncClosing
+from ..relay.config import ReasoningMarkers
+from ..upstream.config import EndpointConfig, SamplingConfig
+from ..upstream.endpoint import Endpoint
+from ..upstream.errors import RelayError
+from ..upstream.rendering import CachingRenderer, PromptRenderer, ServerChatTemplate
 from .candidates import DEFAULT_CANDIDATES
 from .scoring import TraceScorer
 from .statistics import CalibrationStatistics, ScoredTrace, cue_statistics

@@ -2,7 +2,7 @@
 
 The authors' calibration code scores 19 discourse words, each bare and with a comma,
 capitalised and lower-case, plus ``So,``, ``So `` and five verbs and adverbs (83 in all).
-Matching is whole-word (see :class:`~relay_integrations.core.cues.CueSet`), so a bare word
+Matching is whole-word (see :class:`~relay_integrations.relay.cues.CueSet`), so a bare word
 also counts its occurrences followed by a comma, exactly as it would fire at run time::
 
     len(DEFAULT_CANDIDATES)  # 83

@@ -14,8 +14,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from ..core.artifact import CalibrationRecord, CueStatistics
 from ..jobs.plotting import pyplot
+from ..relay.artifact import CalibrationRecord, CueStatistics
 
 CSV_COLUMNS = (
     "cue",

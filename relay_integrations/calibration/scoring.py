@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.config import ReasoningMarkers
-from ..core.endpoint import Endpoint
-from ..core.errors import RelayError
-from ..core.reasoning import PromptReasoning
-from ..core.rendering import ChatInput, PromptRenderer
+from ..relay.config import ReasoningMarkers
+from ..relay.reasoning import PromptReasoning
+from ..upstream.endpoint import Endpoint
+from ..upstream.errors import RelayError
+from ..upstream.rendering import ChatInput, PromptRenderer
 from .statistics import ScoredTrace
 from .traces import Trace
 

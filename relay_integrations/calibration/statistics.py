@@ -24,9 +24,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import fmean, stdev
 
-from ..core.artifact import CueStatistics, SelectionRule
-from ..core.cues import CueSet
-from ..core.sentences import find_sentence_end
+from ..relay.artifact import CueStatistics, SelectionRule
+from ..relay.cues import CueSet
+from ..relay.sentences import find_sentence_end
 
 _OPENER = "\n"
 """The reasoning follows a line break (``<think>\\n``), so a cue may start it."""

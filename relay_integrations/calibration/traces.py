@@ -21,14 +21,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..core.config import CONTEXT_MARGIN, ReasoningMarkers, SamplingConfig, SamplingOverrides
-from ..core.endpoint import CompletionRequest, Endpoint
-from ..core.reasoning import PromptReasoning, split_reasoning
-from ..core.rendering import ChatInput, PromptRenderer
 from ..jobs.concurrency import run_bounded
 from ..jobs.datasets import DatasetError, ProblemSet, chat_messages, text_sha256
 from ..jobs.progress import Progress
 from ..jobs.records import RecordFile
+from ..relay.config import CONTEXT_MARGIN, ReasoningMarkers
+from ..relay.reasoning import PromptReasoning, split_reasoning
+from ..upstream.config import SamplingConfig, SamplingOverrides
+from ..upstream.endpoint import CompletionRequest, Endpoint
+from ..upstream.rendering import ChatInput, PromptRenderer
 
 RequestFields = Callable[[int, int], Mapping[str, Any]]
 """Extra request fields for (problem index, sample); tests force planted traces with it."""

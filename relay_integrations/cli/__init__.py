@@ -7,7 +7,7 @@
     relaygen check --large-url ... --large-model ... --small-url ... --small-model ...
 
 Every endpoint option can come from the environment instead (``RELAY_LARGE__BASE_URL``, ...
-see :meth:`~relay_integrations.core.config.RelayConfig.from_env`).
+see :meth:`~relay_integrations.relay.config.RelayConfig.from_env`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..core.errors import RelayError
+from ..upstream.errors import RelayError
 from . import bench, calibrate, check, generate, serve
 from .options import CommandError
 

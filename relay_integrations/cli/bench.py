@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
-from ..core.errors import RelayError
+from ..upstream.errors import RelayError
 from .options import add_relay_options, configuration, relay_config
 
 

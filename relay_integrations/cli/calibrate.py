@@ -29,9 +29,10 @@ from ..calibration import Calibrator, NoCueSelected, ProblemSet, TraceFile, read
 from ..calibration.calibrator import CalibrationOutcome
 from ..calibration.candidates import DEFAULT_CANDIDATES
 from ..calibration.report import format_table, write_csv, write_plot
-from ..core.artifact import CalibrationRecord, ModelIdentity, SelectionRule, save_artifact
-from ..core.config import EndpointConfig, RelayConfig, SamplingConfig
-from ..core.errors import RelayError
+from ..relay.artifact import CalibrationRecord, ModelIdentity, SelectionRule, save_artifact
+from ..relay.config import RelayConfig
+from ..upstream.config import EndpointConfig, SamplingConfig
+from ..upstream.errors import RelayError
 from .options import (
     add_endpoint_options,
     add_sampling_options,

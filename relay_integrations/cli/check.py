@@ -5,7 +5,7 @@
                    --cues builtin:qwen3-32b--qwen3-1.7b
 
 Each item of the checklist is ok, a warning, a problem or unknown, with the fix when it is not
-ok (:func:`~relay_integrations.core.server_check.check_servers`); ``--json`` prints the report
+ok (:func:`~relay_integrations.relay.server_check.check_servers`); ``--json`` prints the report
 as JSON. Exit status: 0 when nothing would break the relay (warnings allowed), 1 when something
 would, 2 for bad arguments.
 """
@@ -20,8 +20,8 @@ import textwrap
 from collections import Counter
 from typing import Any, TextIO
 
-from ..core.config import RelayConfig
-from ..core.server_check import ServerReport, check_servers
+from ..relay.config import RelayConfig
+from ..relay.server_check import ServerReport, check_servers
 from .options import add_cue_options, add_endpoint_options, configuration, relay_config
 
 STATUS_WIDTH, TITLE_WIDTH, LINE_WIDTH = 8, 21, 100

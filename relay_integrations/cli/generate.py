@@ -18,14 +18,8 @@ import sys
 from collections import Counter
 from typing import Any, TextIO
 
-from ..core import (
-    RelayConfig,
-    RelayDone,
-    RelayResult,
-    RelaySwitcher,
-    TextDelta,
-)
-from ..core.config import ModelRole
+from ..relay import RelayConfig, RelayDone, RelayResult, RelaySwitcher, TextDelta
+from ..upstream.config import ModelRole
 from .options import add_relay_options, configuration, relay_config
 
 DEFAULT_PROMPT = (

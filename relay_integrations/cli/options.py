@@ -8,8 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..core.config import RelayConfig, SamplingConfig
-from ..core.errors import RelayError
+from ..relay.config import RelayConfig
+from ..upstream.config import SamplingConfig
+from ..upstream.errors import RelayError
 
 
 class CommandError(Exception):

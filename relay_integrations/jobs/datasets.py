@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import RelayError
+from ..upstream.errors import RelayError
 
 
 class DatasetError(RelayError, ValueError):

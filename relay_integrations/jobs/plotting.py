@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.errors import RelayError
+from ..upstream.errors import RelayError
 
 
 def pyplot() -> Any:

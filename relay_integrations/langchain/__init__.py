@@ -1,4 +1,4 @@
-"""LangChain: :class:`RelayChatModel`, a ``BaseChatModel`` over the relay core.
+"""LangChain: :class:`RelayChatModel`, a ``BaseChatModel`` over the relay.
 
 Needs the ``langchain`` extra: ``pip install 'relay-integrations[langchain]'``.
 """

@@ -25,7 +25,7 @@ from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.v1 import BaseModel as BaseModelV1
 
-from ..core.chat import (
+from ..chat.exchange import (
     ChatRequest,
     ChatResponse,
     JsonObjectFormat,
@@ -33,30 +33,30 @@ from ..core.chat import (
     ResponseFormat,
     normalize_tool_choice,
 )
-from ..core.errors import ContextOverflowError as CoreContextOverflowError
-from ..core.settings import RelaySettings
+from ..chat.settings import RelaySettings
+from ..relay.errors import ContextOverflowError as RelayOverflow
 from . import messages as convert
 
 StructuredOutputMethod = Literal["function_calling", "json_schema", "json_mode"]
 T = TypeVar("T")
 
 
-class RelayContextOverflowError(ContextOverflowError, CoreContextOverflowError):
+class RelayContextOverflowError(ContextOverflowError, RelayOverflow):
     """The prompt does not fit a model's window: LangChain's ``ContextOverflowError`` (so
-    ``with_fallbacks`` and retry logic can tell it apart) and the core's (with
+    ``with_fallbacks`` and retry logic can tell it apart) and the relay's (with
     ``prompt_tokens`` and ``windows`` per model)."""
 
-    def __init__(self, overflow: CoreContextOverflowError) -> None:
-        CoreContextOverflowError.__init__(self, overflow.prompt_tokens, overflow.windows)
+    def __init__(self, overflow: RelayOverflow) -> None:
+        RelayOverflow.__init__(self, overflow.prompt_tokens, overflow.windows)
 
 
 async def _as_langchain_errors(events: AsyncIterator[T]) -> AsyncIterator[T]:
-    """`events`, with the core's context overflow raised as LangChain's; leaving early closes
+    """`events`, with the relay's context overflow raised as LangChain's; leaving early closes
     `events` at once (and so its upstream requests)."""
     try:
         async for event in events:
             yield event
-    except CoreContextOverflowError as overflow:
+    except RelayOverflow as overflow:
         raise RelayContextOverflowError(overflow) from overflow
     finally:
         aclose = getattr(events, "aclose", None)
@@ -226,7 +226,7 @@ class RelayChatModel(RelaySettings, BaseChatModel):
     ) -> ChatResult:
         try:
             response = await self._client.respond(self._request(messages, stop, kwargs))
-        except CoreContextOverflowError as overflow:
+        except RelayOverflow as overflow:
             raise RelayContextOverflowError(overflow) from overflow
         message = convert.message(response, self.model_name)
         info = {"finish_reason": response.finish_reason}
@@ -418,7 +418,7 @@ def _json_schema(schema: dict[str, Any] | type) -> dict[str, Any]:
 
 
 def _response_format(value: dict[str, Any] | ResponseFormat | None) -> ResponseFormat | None:
-    """An OpenAI-style ``response_format`` (or the core's) as the core's."""
+    """An OpenAI-style ``response_format`` (or the relay's) as the relay's."""
     if value is None or isinstance(value, JsonSchemaFormat | JsonObjectFormat):
         return value
     kind = value.get("type")

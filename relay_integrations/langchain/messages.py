@@ -17,9 +17,9 @@ from langchain_core.messages import ToolCall as LCToolCall
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.messages.tool import tool_call_chunk
 
-from ..core.chat import ChatResponse, ContentDelta, ReasoningDelta, ToolCallDelta
-from ..core.result import RelayResult
-from ..core.tool_calls import InvalidToolCall, ToolCall
+from ..chat.exchange import ChatResponse, ContentDelta, ReasoningDelta, ToolCallDelta
+from ..chat.tool_calls import InvalidToolCall, ToolCall
+from ..relay.result import RelayResult
 
 REASONING_KEY = "reasoning_content"
 EARLIER_TURN_PARTS = frozenset({"reasoning", "thinking", "tool_call"})

@@ -1,4 +1,4 @@
-"""LlamaIndex: :class:`RelayLLM`, a ``FunctionCallingLLM`` over the relay core.
+"""LlamaIndex: :class:`RelayLLM`, a ``FunctionCallingLLM`` over the relay.
 
 Needs the ``llama-index`` extra: ``pip install 'relay-integrations[llama-index]'``.
 """

@@ -34,7 +34,8 @@ from llama_index.core.prompts import PromptTemplate
 from llama_index.core.types import BasePydanticProgram, Model, PydanticProgramMode
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from ..core.chat import (
+from ..chat.constraints import with_strict
+from ..chat.exchange import (
     ChatRequest,
     ContentDelta,
     ReasoningDelta,
@@ -42,11 +43,10 @@ from ..core.chat import (
     ToolCallDelta,
     normalize_tool_choice,
 )
-from ..core.chat import ChatResponse as RelayResponse
-from ..core.constraints import with_strict
-from ..core.errors import RelayError
-from ..core.settings import RelaySettings
-from ..core.tool_calls import PartialCalls, PartialToolCall, ToolCall
+from ..chat.exchange import ChatResponse as RelayResponse
+from ..chat.settings import RelaySettings
+from ..chat.tool_calls import PartialCalls, PartialToolCall, ToolCall
+from ..upstream.errors import RelayError
 from . import messages as convert
 
 if TYPE_CHECKING:

@@ -16,9 +16,9 @@ from llama_index.core.base.llms.types import (
     ToolCallBlock,
 )
 
-from ..core.chat import ChatResponse as RelayResponse
-from ..core.chat import openai_usage
-from ..core.tool_calls import PartialToolCall, ToolCall
+from ..chat.exchange import ChatResponse as RelayResponse
+from ..chat.exchange import openai_usage
+from ..chat.tool_calls import PartialToolCall, ToolCall
 
 _ROLES = {
     MessageRole.SYSTEM: "system",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.result import RelayResult
+from ..relay.result import RelayResult
 from .errors import ApiError
 from .logs import log
 from .metrics import RelayMetrics

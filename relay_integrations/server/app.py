@@ -27,11 +27,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..core.config import EndpointConfig, RelayConfig, RequestHook
-from ..core.cues import CueSet
-from ..core.endpoint import ModelInfo
-from ..core.errors import RelayError
-from ..core.switcher import RelaySwitcher
+from ..relay.config import RelayConfig, RequestHook
+from ..relay.cues import CueSet
+from ..relay.switcher import RelaySwitcher
+from ..upstream.config import EndpointConfig
+from ..upstream.endpoint import ModelInfo
+from ..upstream.errors import RelayError
 from .admission import Admission
 from .errors import ApiError
 from .generation import GenerationResponse

@@ -14,7 +14,8 @@ import difflib
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from ..core.habits import REFUSED_FIELDS, RESERVED_BODY_FIELDS
+from ..chat.habits import REFUSED_FIELDS
+from ..upstream.reserved_fields import RESERVED_BODY_FIELDS
 from .errors import ApiError
 
 IGNORED_FIELDS: Mapping[str, str] = {

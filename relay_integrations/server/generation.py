@@ -20,16 +20,12 @@ from typing import Any, TypeVar
 
 from starlette.types import Receive, Scope, Send
 
-from ..core.chat import ChatRequest, ChatResponse, stream_chat
-from ..core.errors import (
-    ContextOverflowError,
-    CueArtifactError,
-    EndpointError,
-    InvalidChatError,
-)
-from ..core.final_event import final_event
-from ..core.result import RelayResult
-from ..core.switcher import RelaySwitcher
+from ..chat.exchange import ChatRequest, ChatResponse, stream_chat
+from ..relay.errors import ContextOverflowError, CueArtifactError, EndpointError
+from ..relay.final_event import final_event
+from ..relay.result import RelayResult
+from ..relay.switcher import RelaySwitcher
+from ..upstream.errors import InvalidChatError
 from .admission import Admission
 from .errors import ApiError
 from .logs import log

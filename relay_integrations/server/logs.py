@@ -1,7 +1,7 @@
 """Structured logs: one JSON object per line, each carrying the request id it belongs to.
 
 The request id is set once per request (``request_id.set(...)``) and every log record made
-while that request runs carries it, including records of the relay core::
+while that request runs carries it, including records of the relay::
 
     configure_logging("json", "info")
     log.info("request done", extra={"fields": {"status": 200, "seconds": 1.2}})
@@ -72,7 +72,7 @@ class TextFormatter(logging.Formatter):
 
 
 def configure_logging(fmt: str, level: str, *, with_pid: bool = False) -> None:
-    """Send the server's, the core's and uvicorn's logs to stderr in one format (`with_pid`:
+    """Send the server's, the relay's and uvicorn's logs to stderr in one format (`with_pid`:
     each record names the process that wrote it)."""
     handler = logging.StreamHandler(sys.stderr)
     formatter = JsonFormatter if fmt == "json" else TextFormatter

@@ -29,7 +29,7 @@ from prometheus_client import (
 )
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from ..core.result import RelayResult
+from ..relay.result import RelayResult
 
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 3600)
 _SHARES = tuple(i / 10 for i in range(1, 11))

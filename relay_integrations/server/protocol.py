@@ -23,15 +23,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
-from ..core.chat import (
+from ..chat.exchange import (
     ChatRequest,
     JsonObjectFormat,
     JsonSchemaFormat,
     ResponseFormat,
     normalize_tool_choice,
 )
-from ..core.config import MODEL_SAMPLING_FIELDS, OptionalSampling, RequestHook, SamplingConfig
-from ..core.habits import REFUSED_FIELDS
+from ..chat.habits import REFUSED_FIELDS
+from ..relay.config import RequestHook
+from ..upstream.config import MODEL_SAMPLING_FIELDS, OptionalSampling, SamplingConfig
 from .errors import ApiError
 from .fields import IGNORED_FIELDS, refuse_field
 from .settings import ServerSettings
@@ -101,7 +102,7 @@ class _ResponseFormat(BaseModel):
 
 class ChatCompletionRequest(OptionalSampling):
     """The fields of an OpenAI chat completion request that the relay reads (the sampling
-    fields, with vLLM's ranges, are the core's)."""
+    fields, with vLLM's ranges, are the relay's)."""
 
     model_config = ConfigDict(extra="forbid")  # `of` refuses or drops the others first
 

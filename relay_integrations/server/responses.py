@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.chat import ChatResponse, ContentDelta, ReasoningDelta, ToolCallDelta, openai_usage
-from ..core.tool_calls import InvalidToolCall, ToolCall
+from ..chat.exchange import ChatResponse, ContentDelta, ReasoningDelta, ToolCallDelta, openai_usage
+from ..chat.tool_calls import InvalidToolCall, ToolCall
 
 
 def tool_call(call: ToolCall | InvalidToolCall) -> dict[str, Any]:

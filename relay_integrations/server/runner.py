@@ -16,7 +16,7 @@ from types import FrameType
 
 import uvicorn
 
-from ..core.config import RelayConfig
+from ..relay.config import RelayConfig
 from .app import RelayServer
 from .logs import configure_logging
 from .settings import ServerSettings

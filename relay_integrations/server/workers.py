@@ -50,8 +50,8 @@ import uvicorn
 from prometheus_client.multiprocess import mark_process_dead
 from pydantic import BaseModel
 
-from ..core.config import RelayConfig
-from ..core.errors import RelayError
+from ..relay.config import RelayConfig
+from ..upstream.errors import RelayError
 from .app import RelayServer
 from .logs import configure_logging, log
 from .metrics import MULTIPROC_DIR

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..core.config import ModelRole, Phase, RequestHook
+from ..relay.config import Phase, RequestHook
+from ..upstream.config import ModelRole
 
 _META = set("\\.^$*+?{}[]|()")
 

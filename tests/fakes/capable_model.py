@@ -62,7 +62,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from relay_integrations.core import EndpointConfig, RelayConfig, SwitchPolicy
+from relay_integrations.relay import EndpointConfig, RelayConfig, SwitchPolicy
 from relay_integrations.testing.qwen3_template import (
     ASSISTANT,
     THINKING_OFF,

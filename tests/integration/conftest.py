@@ -190,7 +190,7 @@ def pair_options(large: Server, small: Server) -> list[str]:
 
 def qwen_relay_fields(large: Server, small: Server, **fields: object) -> dict[str, object]:
     """Settings of a LangChain or LlamaIndex relay model over the tiny Qwen3 pair."""
-    from relay_integrations.core import SwitchPolicy
+    from relay_integrations.relay import SwitchPolicy
 
     return {
         "large_url": large.url,

@@ -16,7 +16,7 @@ from relay_integrations.bench.problems import load_problems
 from relay_integrations.bench.runner import run_bench
 from relay_integrations.bench.stats import summarize
 from relay_integrations.cli import main
-from relay_integrations.core import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
+from relay_integrations.relay import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
 from relay_integrations.testing import forcing
 
 from .conftest import Server, pair_options

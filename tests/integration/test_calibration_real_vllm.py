@@ -24,7 +24,7 @@ from relay_integrations.calibration import (
     TraceFile,
     TraceScorer,
 )
-from relay_integrations.core import (
+from relay_integrations.relay import (
     CueArtifactError,
     EndpointConfig,
     RelayConfig,
@@ -33,9 +33,9 @@ from relay_integrations.core import (
     SwitchPolicy,
     load_artifact,
 )
-from relay_integrations.core.artifact import SelectionRule, save_artifact
-from relay_integrations.core.rendering import ChatInput, ServerChatTemplate
+from relay_integrations.relay.artifact import SelectionRule, save_artifact
 from relay_integrations.testing import forcing, regex_literal
+from relay_integrations.upstream.rendering import ChatInput, ServerChatTemplate
 
 from .conftest import Server
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from relay_integrations.core import EndpointConfig, RelayConfig, ServerReport, check_servers
+from relay_integrations.relay import EndpointConfig, RelayConfig, ServerReport, check_servers
 
 from .conftest import Server, pair_options, relaygen
 

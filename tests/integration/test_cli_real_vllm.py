@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from relay_integrations.core import RelayResult
+from relay_integrations.relay import RelayResult
 
 from .conftest import Server, pair_options, relaygen
 

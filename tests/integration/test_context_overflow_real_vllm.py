@@ -14,9 +14,9 @@ from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableLambda
 from llama_index.core.base.llms.types import ChatMessage
 
-from relay_integrations.core import ContextOverflowError, RelaySwitcher
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
+from relay_integrations.relay import ContextOverflowError, RelaySwitcher
 from relay_integrations.server import RelayServer
 from tests.fakes.relay_http import ServedRelay, relay_http
 

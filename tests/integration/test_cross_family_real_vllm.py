@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from relay_integrations.core import (
+from relay_integrations.relay import (
     ChatInput,
     EndpointConfig,
     RelayConfig,
@@ -23,8 +23,8 @@ from relay_integrations.core import (
     ServerChatTemplate,
     SwitchPolicy,
 )
-from relay_integrations.core.endpoint import CompletionRequest, StreamPiece
 from relay_integrations.testing import forcing
+from relay_integrations.upstream.endpoint import CompletionRequest, StreamPiece
 
 from .conftest import Server
 

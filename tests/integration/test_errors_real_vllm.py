@@ -8,15 +8,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from relay_integrations.core import (
+from relay_integrations.relay import (
     EndpointConfig,
     EndpointError,
     RelayConfig,
     RelaySwitcher,
     SamplingConfig,
 )
-from relay_integrations.core.endpoint import CompletionRequest, Endpoint, UpstreamFailure
 from relay_integrations.server.generation import upstream_error
+from relay_integrations.upstream.endpoint import CompletionRequest, Endpoint, UpstreamFailure
 from tests.fakes.ports import refusing_port
 
 from .conftest import Server

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from relay_integrations.core import (
+from relay_integrations.relay import (
     ChatInput,
     CueSet,
     EndpointConfig,
@@ -29,11 +29,11 @@ from relay_integrations.core import (
     SwitchPolicy,
     TextDelta,
 )
-from relay_integrations.core.config import CONTEXT_MARGIN
-from relay_integrations.core.endpoint import CompletionRequest, Endpoint, StreamPiece
-from relay_integrations.core.observer import ObservedEndpoint, RequestObserver
-from relay_integrations.core.switcher import ROLES
+from relay_integrations.relay.config import CONTEXT_MARGIN
+from relay_integrations.relay.switcher import ROLES
 from relay_integrations.testing import forcing, regex_literal
+from relay_integrations.upstream.endpoint import CompletionRequest, Endpoint, StreamPiece
+from relay_integrations.upstream.observer import ObservedEndpoint, RequestObserver
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.fakes.tcp_table import established
 

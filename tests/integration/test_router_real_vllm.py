@@ -25,7 +25,7 @@ import httpx
 import openai
 import pytest
 
-from relay_integrations.core import (
+from relay_integrations.relay import (
     RelayDone,
     RelayResult,
     RelaySwitcher,

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from relay_integrations.core import EndpointConfig, RelayConfig, RelaySwitcher, SamplingConfig
-from relay_integrations.core.config import SamplingOverrides
 from relay_integrations.langchain import RelayChatModel
+from relay_integrations.relay import EndpointConfig, RelayConfig, RelaySwitcher, SamplingConfig
+from relay_integrations.upstream.config import SamplingOverrides
 
 from .conftest import Server, qwen_relay_fields
 

@@ -15,8 +15,8 @@ import pytest
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
-from relay_integrations.core import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
-from relay_integrations.core.config import RequestHook
+from relay_integrations.relay import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
+from relay_integrations.relay.config import RequestHook
 from relay_integrations.server import RelayServer
 from relay_integrations.testing import forcing
 from tests.fakes.relay_http import ServedRelay, relay_http

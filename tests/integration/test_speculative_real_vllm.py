@@ -17,7 +17,8 @@ import itertools
 import pytest
 from langchain_core.messages import AIMessageChunk
 
-from relay_integrations.core import (
+from relay_integrations.langchain import RelayChatModel
+from relay_integrations.relay import (
     EndpointConfig,
     RelayConfig,
     RelayResult,
@@ -25,12 +26,11 @@ from relay_integrations.core import (
     SamplingConfig,
     SwitchPolicy,
 )
-from relay_integrations.core.completion import CompletionRequest, StreamPiece
-from relay_integrations.core.config import ModelRole
-from relay_integrations.core.endpoint import Endpoint
-from relay_integrations.core.observer import ObservedEndpoint, RequestObserver
-from relay_integrations.langchain import RelayChatModel
 from relay_integrations.testing import forcing
+from relay_integrations.upstream.completion import CompletionRequest, StreamPiece
+from relay_integrations.upstream.config import ModelRole
+from relay_integrations.upstream.endpoint import Endpoint
+from relay_integrations.upstream.observer import ObservedEndpoint, RequestObserver
 
 from .conftest import Server, qwen_relay_fields, settled_metric
 from .test_relay_real_vllm import run

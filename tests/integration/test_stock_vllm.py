@@ -10,10 +10,10 @@ import asyncio
 
 import pytest
 
-from relay_integrations.core import EndpointConfig, RelayResult, RelaySwitcher
-from relay_integrations.core.endpoint import CompletionRequest, Endpoint
 from relay_integrations.langchain import RelayChatModel
+from relay_integrations.relay import EndpointConfig, RelayResult, RelaySwitcher
 from relay_integrations.testing import forcing, regex_literal
+from relay_integrations.upstream.endpoint import CompletionRequest, Endpoint
 
 from .conftest import (
     Server,

@@ -21,9 +21,10 @@ from langchain.agents.structured_output import ProviderStrategy
 from langchain_core.messages import AIMessage, ToolMessage
 from pydantic import BaseModel
 
-from relay_integrations.core.config import ModelRole, Phase
 from relay_integrations.langchain import RelayChatModel
+from relay_integrations.relay.config import Phase
 from relay_integrations.testing import forcing
+from relay_integrations.upstream.config import ModelRole
 
 from .conftest import Server, qwen_relay_fields
 

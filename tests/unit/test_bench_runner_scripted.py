@@ -13,8 +13,8 @@ from relay_integrations.bench.problems import load_problems
 from relay_integrations.bench.runner import ResultLine, run_bench
 from relay_integrations.bench.stats import latest, summarize
 from relay_integrations.cli import main
-from relay_integrations.core import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
 from relay_integrations.jobs.datasets import DatasetError
+from relay_integrations.relay import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM, serving
 
 TRACE = (

@@ -14,8 +14,9 @@ import pytest
 
 from relay_integrations.calibration import DatasetError, ProblemSet, Trace, TraceFile, ready_traces
 from relay_integrations.calibration.report import format_table, write_csv, write_plot
-from relay_integrations.core import CueArtifactError, load_artifact
-from relay_integrations.core.artifact import (
+from relay_integrations.jobs.progress import Progress
+from relay_integrations.relay import CueArtifactError, load_artifact
+from relay_integrations.relay.artifact import (
     CalibrationRecord,
     CalibrationSet,
     CueArtifact,
@@ -25,7 +26,6 @@ from relay_integrations.core.artifact import (
     SelectionRule,
     save_artifact,
 )
-from relay_integrations.jobs.progress import Progress
 
 
 def stat(cue: str, n: int, mean: float | None, se: float | None, selected: bool) -> CueStatistics:

@@ -12,8 +12,8 @@ from relay_integrations.calibration.statistics import (
     cue_statistics,
     occurrences,
 )
-from relay_integrations.core import CueSet
-from relay_integrations.core.artifact import SelectionRule
+from relay_integrations.relay import CueSet
+from relay_integrations.relay.artifact import SelectionRule
 
 
 def scored(trace_id: str, tokens: list[tuple[str, float]]) -> ScoredTrace:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from relay_integrations.calibration import ProblemSet, TraceFile, write_traces
-from relay_integrations.core import EndpointConfig, SamplingConfig
-from relay_integrations.core.endpoint import Endpoint, UpstreamFailure
-from relay_integrations.core.rendering import ServerChatTemplate
+from relay_integrations.relay import EndpointConfig, SamplingConfig
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
+from relay_integrations.upstream.endpoint import Endpoint, UpstreamFailure
+from relay_integrations.upstream.rendering import ServerChatTemplate
 
 TRACE = "<think>\nSome reasoning. Therefore, done.\n</think>\n\nAnswer."
 

@@ -18,15 +18,15 @@ from llama_index.core.agent.react.types import (
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.tools import FunctionTool
 
-from relay_integrations.core import (
+from relay_integrations.chat.constraints import calls_or_json
+from relay_integrations.chat.tool_calls import parse_answer
+from relay_integrations.relay import (
     CueSet,
     EndpointConfig,
     RelayConfig,
     RelaySwitcher,
     SwitchPolicy,
 )
-from relay_integrations.core.constraints import calls_or_json
-from relay_integrations.core.tool_calls import parse_answer
 from relay_integrations.testing.qwen3_template import render_chat, tokenize
 from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM
 from tests.fakes.capable_model import capable

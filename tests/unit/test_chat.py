@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from relay_integrations.core.chat import (
+from relay_integrations.chat.constraints import with_strict
+from relay_integrations.chat.exchange import (
     ChatRequest,
     JsonObjectFormat,
     JsonSchemaFormat,
     normalize_tool_choice,
 )
-from relay_integrations.core.constraints import with_strict
 
 WEATHER = {
     "type": "function",

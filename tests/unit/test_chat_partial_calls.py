@@ -6,16 +6,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from relay_integrations.core import CueSet, EndpointConfig, RelayConfig, SwitchPolicy
-from relay_integrations.core.chat import (
+from relay_integrations.chat.exchange import (
     ChatRequest,
     ChatResponse,
     ToolCallChunk,
     ToolCallDelta,
     stream_chat,
 )
-from relay_integrations.core.switcher import RelaySwitcher
-from relay_integrations.core.tool_calls import ToolCall
+from relay_integrations.chat.tool_calls import ToolCall
+from relay_integrations.relay import CueSet, EndpointConfig, RelayConfig, SwitchPolicy
+from relay_integrations.relay.switcher import RelaySwitcher
 from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM
 from tests.fakes.capable_model import CAPABLE_CUES, capable
 

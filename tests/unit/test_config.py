@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from relay_integrations.core import RelayConfig
+from relay_integrations.relay import RelayConfig
 
 
 def test_from_env_reads_nested_fields_and_ignores_foreign_variables() -> None:

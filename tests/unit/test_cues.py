@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from relay_integrations.core import CueArtifactError, CueSet, load_artifact
-from relay_integrations.core.cues import LEFT_BOUNDARIES, PendingCue
+from relay_integrations.relay import CueArtifactError, CueSet, load_artifact
+from relay_integrations.relay.cues import LEFT_BOUNDARIES, PendingCue
 
 
 @pytest.mark.parametrize(

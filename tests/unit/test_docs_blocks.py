@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from relay_integrations.core import EndpointConfig, RelayConfig, SwitchPolicy
+from relay_integrations.relay import EndpointConfig, RelayConfig, SwitchPolicy
 from relay_integrations.server import RelayServer
 from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM, serving
 from tests.fakes.capable_model import CAPABLE_CUES, capable

@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from relay_integrations.core.config import EndpointConfig
-from relay_integrations.core.endpoint import (
+from relay_integrations.upstream.config import EndpointConfig
+from relay_integrations.upstream.endpoint import (
     CompletionRequest,
     Endpoint,
     StreamInterrupted,

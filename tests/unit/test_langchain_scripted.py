@@ -10,8 +10,8 @@ import pytest
 from langchain_core.messages import AIMessage
 from pydantic import ValidationError
 
-from relay_integrations.core import EndpointError, SwitchPolicy
 from relay_integrations.langchain import RelayChatModel
+from relay_integrations.relay import EndpointError, SwitchPolicy
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedVLLM
 from tests.fakes.capable_model import capable_server, relay_fields
 

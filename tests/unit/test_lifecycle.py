@@ -19,7 +19,7 @@ import pytest
 from langchain_core.runnables import ConfigurableField
 from llama_index.core.base.llms.types import ChatMessage
 
-from relay_integrations.core.settings import RelaySettings
+from relay_integrations.chat.settings import RelaySettings
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM

@@ -13,8 +13,8 @@ from llama_index.core.callbacks import CallbackManager, TokenCountingHandler
 from llama_index.core.prompts import PromptTemplate
 from pydantic import BaseModel
 
-from relay_integrations.core.result import RelayResult
 from relay_integrations.llama_index import RelayLLM
+from relay_integrations.relay.result import RelayResult
 from relay_integrations.testing.qwen3_template import tokenize
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
 from tests.fakes.capable_model import capable_server, relay_fields

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from relay_integrations.core.partial_json import PartialJson
-from relay_integrations.core.tool_calls import PartialCalls
+from relay_integrations.chat._partial_json import PartialJson
+from relay_integrations.chat.tool_calls import PartialCalls
 
 TEXTS = [
     '{"name": "get_weather", "arguments": {"city": "San Francisco, CA", "days": 3}}',

@@ -2,8 +2,8 @@
 
 import pytest
 
-from relay_integrations.core import ReasoningMarkers
-from relay_integrations.core.reasoning import PromptReasoning, Releaser, split_reasoning
+from relay_integrations.relay import ReasoningMarkers
+from relay_integrations.relay.reasoning import PromptReasoning, Releaser, split_reasoning
 
 M = ReasoningMarkers()
 

@@ -8,18 +8,18 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from relay_integrations.core import (
+from relay_integrations.relay import (
     EndpointConfig,
     EndpointError,
     RelayConfig,
     RelaySwitcher,
     SwitchPolicy,
 )
-from relay_integrations.core.config import ModelRole
-from relay_integrations.core.endpoint import CompletionRequest, Endpoint, StreamPiece
-from relay_integrations.core.observer import ObservedEndpoint, RequestObserver
-from relay_integrations.core.switcher import ROLES
+from relay_integrations.relay.switcher import ROLES
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
+from relay_integrations.upstream.config import ModelRole
+from relay_integrations.upstream.endpoint import CompletionRequest, Endpoint, StreamPiece
+from relay_integrations.upstream.observer import ObservedEndpoint, RequestObserver
 
 TRACE = (
     "<think>\nLet me see. Therefore, the sum is 4. Then we go on. Now we check the sum. "

@@ -2,8 +2,8 @@
 
 import pytest
 
-from relay_integrations.core import find_sentence_end, is_sentence_end
-from relay_integrations.core.sentences import may_end_here
+from relay_integrations.relay import find_sentence_end, is_sentence_end
+from relay_integrations.relay.sentences import may_end_here
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from relay_integrations.core import ModelUsage, RelayConfig, RelayResult, RelayStats
+from relay_integrations.relay import ModelUsage, RelayConfig, RelayResult, RelayStats
 from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.server.logs import JsonFormatter
 from relay_integrations.server.metrics import RelayMetrics

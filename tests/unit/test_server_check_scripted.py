@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 
 from relay_integrations.cli import main
-from relay_integrations.core import (
+from relay_integrations.relay import (
     EndpointConfig,
     RelayConfig,
     ServerReport,
     check_servers,
     check_servers_sync,
 )
-from relay_integrations.core.artifact import CueArtifact, ModelIdentity, ModelPair, save_artifact
+from relay_integrations.relay.artifact import CueArtifact, ModelIdentity, ModelPair, save_artifact
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM, serving
 
 TRACE = "<think>\nLet me see. Therefore, it is 4.\n</think>\n\nIt is 4."

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from relay_integrations.core import EndpointConfig, RelayConfig, SwitchPolicy
+from relay_integrations.relay import EndpointConfig, RelayConfig, SwitchPolicy
 from relay_integrations.server import RelayServer
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedVLLM, serving
 from tests.fakes.capable_model import CAPABLE_CUES, capable_server

@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from relay_integrations.core import SamplingConfig
+from relay_integrations.relay import SamplingConfig
 from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.server.fields import IGNORED_FIELDS, OFF_VALUES, REFUSED
 from relay_integrations.server.protocol import MAX_JSON_DEPTH, ChatCompletionRequest

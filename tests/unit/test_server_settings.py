@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from relay_integrations.cli import serve
-from relay_integrations.core import EndpointConfig, RelayConfig
+from relay_integrations.relay import EndpointConfig, RelayConfig
 from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.server.errors import ApiError
 from relay_integrations.server.protocol import ChatCompletionRequest

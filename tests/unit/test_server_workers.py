@@ -23,7 +23,7 @@ import httpx
 import openai
 import pytest
 
-from relay_integrations.core import EndpointConfig, RelayConfig
+from relay_integrations.relay import EndpointConfig, RelayConfig
 from relay_integrations.server import ServerSettings
 from relay_integrations.server.workers import WorkerStartError, serve_workers
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving

@@ -13,7 +13,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from llama_index.core.base.llms.types import ChatMessage
 from pydantic import SecretStr, ValidationError
 
-from relay_integrations.core.settings import RelaySettings
+from relay_integrations.chat.settings import RelaySettings
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
@@ -213,7 +213,7 @@ def test_from_env_reads_every_documented_variable(
 
 
 def test_the_flat_defaults_are_the_cores() -> None:
-    from relay_integrations.core import EndpointConfig, RelayConfig, SamplingConfig
+    from relay_integrations.relay import EndpointConfig, RelayConfig, SamplingConfig
 
     model = RelayChatModel(**URLS)
     core = RelayConfig(
@@ -261,7 +261,7 @@ async def test_stream_usage_false_leaves_usage_off_the_stream(server: ScriptedVL
 def test_relay_api_key_is_both_servers_key_unless_one_has_its_own(
     adapter: type[RelaySettings], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from relay_integrations.core import RelayConfig
+    from relay_integrations.relay import RelayConfig
 
     for name, value in ENVIRONMENT.items():
         monkeypatch.setenv(name, value)

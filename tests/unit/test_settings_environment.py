@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from relay_integrations.core import EndpointConfig, SamplingConfig
-from relay_integrations.core.config import RelayEnvironment
-from relay_integrations.core.settings import RelaySettings
+from relay_integrations.chat.settings import RelaySettings
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
+from relay_integrations.relay import EndpointConfig, SamplingConfig
+from relay_integrations.relay.config import RelayEnvironment
 
 ADAPTERS = [RelayChatModel, RelayLLM]
 FIELDS = {"large_model": "large", "small_model": "small", "cues": ["Therefore,"]}

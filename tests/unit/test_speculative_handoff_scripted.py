@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from relay_integrations.core import (
+from relay_integrations.relay import (
     EndpointConfig,
     RelayConfig,
     RelayResult,

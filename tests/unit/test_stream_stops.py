@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from relay_integrations.core.cues import CueSet
-from relay_integrations.core.stream_stops import StreamStops
+from relay_integrations.relay.cues import CueSet
+from relay_integrations.upstream._stream_stops import StreamStops
 
 CUES = CueSet.from_list(["Therefore,", "Now", "So ", "Wait"])
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from relay_integrations.core import (
+from relay_integrations.relay import (
     ContextOverflowError,
     CueSet,
     EndpointConfig,
@@ -21,7 +21,7 @@ from relay_integrations.core import (
     SwitchPolicy,
     TextDelta,
 )
-from relay_integrations.core.config import CONTEXT_MARGIN
+from relay_integrations.relay.config import CONTEXT_MARGIN
 from relay_integrations.testing.qwen3_template import render_chat, tokenize
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
 

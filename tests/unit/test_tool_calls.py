@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from relay_integrations.core.tool_calls import (
+from relay_integrations.chat.tool_calls import (
     InvalidToolCall,
     ToolCall,
     ToolCallStream,

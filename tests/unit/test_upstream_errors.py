@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from relay_integrations.core import (
+from relay_integrations.relay import (
     EndpointConfig,
     EndpointError,
     RelayConfig,
@@ -17,9 +17,9 @@ from relay_integrations.core import (
     RelaySwitcher,
     SwitchPolicy,
 )
-from relay_integrations.core.endpoint import CompletionRequest, Endpoint, UpstreamFailure
 from relay_integrations.server.generation import upstream_error
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
+from relay_integrations.upstream.endpoint import CompletionRequest, Endpoint, UpstreamFailure
 from tests.fakes.ports import refusing_port
 
 TRACE = "<think>\nLet me see. Therefore, it is 4.\n</think>\n\nThe answer is 4."

@@ -7,7 +7,7 @@ Proven on real vLLM in tests/integration/test_relay_real_vllm.py.
 import pytest
 from pydantic import ValidationError
 
-from relay_integrations.core import (
+from relay_integrations.relay import (
     EndpointConfig,
     RelayConfig,
     RelayResult,

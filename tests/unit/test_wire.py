@@ -15,7 +15,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from relay_integrations.core.wire import PAUSE_AT, ReadTimeout, WireClient
+from relay_integrations.upstream._wire import PAUSE_AT, ReadTimeout, WireClient
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

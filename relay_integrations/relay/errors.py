@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from .config import CONTEXT_MARGIN, ModelRole
+from ..upstream.config import ModelRole
+from ..upstream.errors import RelayError, UpstreamKind
+from .config import CONTEXT_MARGIN
 
 if TYPE_CHECKING:
     from .result import RelayResult
-
-
-class RelayError(Exception):
-    """Base class of every error raised by relay_integrations."""
 
 
 class CueArtifactError(RelayError, ValueError):
@@ -21,14 +19,6 @@ class CueArtifactError(RelayError, ValueError):
         super().__init__(f"cue artifact {where}: {reason}")
         self.where = where
         self.reason = reason
-
-
-class RenderError(RelayError):
-    """The chat messages could not be turned into a prompt."""
-
-
-class InvalidChatError(RenderError):
-    """The server's chat template refused these messages or tools (the caller's to fix)."""
 
 
 class ContextOverflowError(RelayError, ValueError):
@@ -56,10 +46,6 @@ class ContextOverflowError(RelayError, ValueError):
         )
         self.prompt_tokens = prompt_tokens
         self.windows = windows
-
-
-UpstreamKind = Literal["rejected", "timeout", "failed"]
-"""How an upstream failed: it refused the request (400), it timed out, or anything else."""
 
 
 class EndpointError(RelayError):

@@ -3,7 +3,7 @@
 A calibration run (``relaygen calibrate``) writes one, with the statistics every cue was chosen
 on; the switcher loads it. Built-in artifacts ship with the package::
 
-    from relay_integrations.core.artifact import load_artifact
+    from relay_integrations.relay.artifact import load_artifact
 
     artifact = load_artifact("builtin:qwen3-32b--qwen3-1.7b")
     artifact.cues[:3]           # ['Oh,', 'another,', 'Thus']
@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .config import ModelRole
+from ..upstream.config import ModelRole
 from .errors import CueArtifactError
 
 ARTIFACT_FORMAT = "relaygen-cues"

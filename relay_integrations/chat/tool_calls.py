@@ -26,8 +26,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from .partial_json import PartialJson
-from .reasoning import partial_suffix
+from ..relay.reasoning import partial_suffix
+from ._partial_json import PartialJson
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"

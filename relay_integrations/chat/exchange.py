@@ -22,10 +22,11 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, overload
 
-from .config import ModelRole, RequestHook, SamplingConfig
+from ..relay.config import RequestHook
+from ..relay.result import RelayDone, RelayResult, TextDelta
+from ..relay.switcher import RelaySwitcher
+from ..upstream.config import ModelRole, SamplingConfig
 from .constraints import calls_or_json, forced_call_schema, is_strict, strict_calls
-from .result import RelayDone, RelayResult, TextDelta
-from .switcher import RelaySwitcher
 from .tool_calls import InvalidToolCall, ToolCall, ToolCallStream, new_call_id, parse_call
 
 Message = dict[str, Any]
@@ -289,7 +290,7 @@ def openai_usage(result: RelayResult) -> dict[str, Any]:
 def normalize_tool_choice(
     choice: str | bool | Mapping[str, Any] | None, required: bool = False
 ) -> ToolChoice | None:
-    """A framework's tool choice as the core's: ``auto``, ``none``, ``required`` or a name.
+    """A framework's tool choice as the relay's: ``auto``, ``none``, ``required`` or a name.
 
     Takes OpenAI's forms (``{"type": "function", "function": {"name": ...}}``, ``"required"``),
     LangChain's (``"any"``, ``True``/``False``) and LlamaIndex's ``tool_required`` flag, which

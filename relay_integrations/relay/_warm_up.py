@@ -19,8 +19,8 @@ import asyncio
 import logging
 from contextlib import aclosing
 
-from .endpoint import CompletionRequest, Endpoint
-from .errors import RelayError
+from ..upstream.endpoint import CompletionRequest, Endpoint
+from ..upstream.errors import RelayError
 from .result import ModelUsage
 
 logger = logging.getLogger(__name__)

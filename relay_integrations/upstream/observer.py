@@ -1,6 +1,6 @@
 """Watching the requests an endpoint sends: for tracing, metrics and benchmarks.
 
-An observer given to an :class:`~relay_integrations.core.endpoint.Endpoint` sees each
+An observer given to an :class:`~relay_integrations.upstream.endpoint.Endpoint` sees each
 streamed request open, each piece it returns and its close; the pieces the caller gets are
 the endpoint's own, unchanged. Override what you need::
 

@@ -31,14 +31,14 @@ import openai
 from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from ._failures import Tries, explain_failure
+from ._stream_stops import StreamStops
+from ._wire import WireClient, WireResponse
 from .completion import CompletionRequest as CompletionRequest
 from .completion import StreamPiece as StreamPiece
 from .config import EndpointConfig, ModelRole
 from .errors import RelayError, UpstreamKind
 from .observer import RequestObserver
-from .stream_stops import StreamStops
-from .upstream_errors import Tries, explain_failure
-from .wire import WireClient, WireResponse
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)

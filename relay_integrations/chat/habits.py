@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any
+
+from ..upstream.reserved_fields import LOGPROBS, ONE_GENERATION, TOKENIZERS
 
 FIELD_ALIASES: Mapping[str, str] = {
     "request_timeout": "timeout",
@@ -34,14 +35,6 @@ _TWO_URLS = (
     "a relay talks to two servers; set large_url= and small_url= (each server's OpenAI base URL, "
     "ending in /v1)"
 )
-_TOKENIZERS = (
-    "token ids differ between the two models' tokenizers, so one bias cannot mean the same thing "
-    "for both; put it in large={'extra_body': {...}} or small={...} to bias one model only"
-)
-_LOGPROBS = (
-    "the answer is written by two models with two tokenizers, so their log-probabilities "
-    "do not form one distribution; call a vLLM server directly for log-probabilities"
-)
 _REASONING = (
     "the relay always reasons; bound the reasoning with "
     "policy=SwitchPolicy(max_reasoning_tokens=N), or turn it off with "
@@ -59,10 +52,10 @@ REFUSED_FIELDS: Mapping[str, str] = {
     "base_url": _TWO_URLS,
     "api_base": _TWO_URLS,
     "openai_api_base": _TWO_URLS,
-    "logit_bias": _TOKENIZERS,
-    "logprobs": _LOGPROBS,
-    "top_logprobs": _LOGPROBS,
-    "n": "the relay writes one generation per call; use batch() for several",
+    "logit_bias": TOKENIZERS,
+    "logprobs": LOGPROBS,
+    "top_logprobs": LOGPROBS,
+    "n": ONE_GENERATION,
     "reasoning_effort": _REASONING,
     "reasoning": _REASONING,
     "http_client": _CLIENT,
@@ -93,44 +86,6 @@ REFUSED_FIELDS: Mapping[str, str] = {
 }
 """Other clients' fields the relay has no equivalent for, with what to do instead."""
 
-RESERVED_BODY_FIELDS: Mapping[str, str] = {
-    **{
-        name: "the relay sets it on every request"
-        for name in (
-            "model",
-            "prompt",
-            "messages",
-            "stream",
-            "stream_options",
-            "echo",
-            "suffix",
-            "include_stop_str_in_output",
-            "add_special_tokens",
-            "return_token_ids",
-        )
-    },
-    "max_tokens": "use max_tokens= (one budget for reasoning plus answer)",
-    "max_completion_tokens": "use max_tokens= (one budget for reasoning plus answer)",
-    "min_tokens": "a minimum per request would hold back every hand-off; remove it",
-    "stop": "use stop= (stop sequences of the answer)",
-    "stop_token_ids": "the relay's hand-offs need the stream to end where it says; use stop=",
-    "n": REFUSED_FIELDS["n"],
-    "best_of": REFUSED_FIELDS["n"],
-    "logprobs": _LOGPROBS,
-    "top_logprobs": _LOGPROBS,
-    "prompt_logprobs": _LOGPROBS,
-    "logit_bias": _TOKENIZERS,
-    "structured_outputs": "use response_format= or with_structured_output()",
-    "guided_json": "use response_format= or with_structured_output()",
-    "guided_regex": "use response_format= or with_structured_output()",
-    "guided_grammar": "use response_format= or with_structured_output()",
-    "response_format": "use response_format= (the relay constrains the answer only)",
-    "chat_template_kwargs": "use chat_template_kwargs= (the relay renders the prompt once)",
-}
-"""vLLM request fields that ``extra_body`` may not set: the relay owns them, or they cannot
-mean what the caller expects across two models. Sampling fields are refused separately, with
-the field to use."""
-
 
 def refusal(name: str, extra: Mapping[str, str] | None = None) -> str | None:
     """What to use instead of `name`, or None if it is not a known habit."""
@@ -160,24 +115,3 @@ def unknown_names_message(
     if unexplained:
         message += f"\n{owner} takes {sorted(accepted)}"
     return message
-
-
-def check_extra_body(
-    body: Mapping[str, Any],
-    where: str,
-    sampling: Collection[str],
-    allowed: Collection[str] = (),
-) -> None:
-    """Refuse ``extra_body`` fields the relay owns, and sampling fields (which have their own
-    field, so that per-model overrides and the server's defaults work). `allowed` names
-    reserved fields that make sense here (``logit_bias`` for one model's own requests)."""
-    problems = []
-    for name in body:
-        if name in allowed:
-            continue
-        if name in sampling:
-            problems.append(f"{name}: use the {name}= field (or a model's own sampling)")
-        elif name in RESERVED_BODY_FIELDS:
-            problems.append(f"{name}: {RESERVED_BODY_FIELDS[name]}")
-    if problems:
-        raise ValueError(f"{where} may not set " + "; ".join(problems))

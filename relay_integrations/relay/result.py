@@ -7,7 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .config import ModelRole, Phase
+from ..upstream.config import ModelRole
+from .config import Phase
 
 FinishReason = Literal["stop", "length", "error"]
 SegmentEnd = Literal[

@@ -18,16 +18,21 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
 
-from .config import CONTEXT_MARGIN, ModelRole, Phase, RelayConfig, RequestHook, SamplingConfig
-from .endpoint import (
+from ..upstream._failures import explain_broken_stream
+from ..upstream.config import ModelRole, SamplingConfig
+from ..upstream.endpoint import (
     CompletionRequest,
     Endpoint,
     StreamInterrupted,
     StreamPiece,
     UpstreamFailure,
 )
+from ..upstream.rendering import RenderedPrompt
+from ._speculative_handoff import SpeculativeHandoff
+from ._turns import WRITE_ON, HandoffForecast, RequestEnd, Turn, TurnDecision
+from ._warm_up import PromptWarmUp
+from .config import CONTEXT_MARGIN, Phase, RelayConfig, RequestHook
 from .reasoning import PromptReasoning, Releaser, split_reasoning, starts_with
-from .rendering import RenderedPrompt
 from .result import (
     FinishReason,
     ModelUsage,
@@ -38,10 +43,6 @@ from .result import (
     SegmentEnd,
     TextDelta,
 )
-from .speculative_handoff import SpeculativeHandoff
-from .turns import WRITE_ON, HandoffForecast, RequestEnd, Turn, TurnDecision
-from .upstream_errors import explain_broken_stream
-from .warm_up import PromptWarmUp
 
 logger = logging.getLogger(__name__)
 

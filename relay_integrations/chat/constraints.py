@@ -1,8 +1,8 @@
 """The grammars of an answer: vLLM ``structured_outputs`` for tool calls and JSON answers.
 
-:class:`~relay_integrations.core.chat.ChatRequest` picks one of these for the answer request;
-this module only builds them. Tool calls are the Qwen3 / Hermes blocks the core parses
-(:mod:`.tool_calls`)::
+:class:`~relay_integrations.chat.exchange.ChatRequest` picks one of these for the answer
+request; this module only builds them. Tool calls are the Qwen3 / Hermes blocks
+:mod:`.tool_calls` parses::
 
     calls_or_json(tools, schema)   # tool-call blocks, or the JSON answer: the model chooses
     strict_calls(tools)            # free text; each <tool_call> block valid for its tool

@@ -17,9 +17,9 @@ Where a value comes from, first match wins: the keyword field; for one model, it
 ``large=``/``small=`` settings over the shared fields; a ``RELAY_*`` environment variable
 (``RELAY_LARGE__BASE_URL``, ``RELAY_SAMPLING__TEMPERATURE``, ``RELAY_POLICY__ANSWER_MODEL``,
 ``RELAY_SMALL__EXTRA_HEADERS``, ..., ``RELAY_API_KEY``: every variable ``RelayConfig.from_env``
-reads); the default of the core's configuration (``SamplingConfig``, ``EndpointConfig``,
+reads); the default of the relay's configuration (``SamplingConfig``, ``EndpointConfig``,
 ``SwitchPolicy``), which the flat fields share. Unknown fields and call arguments are refused
-with what to use instead (:mod:`relay_integrations.core.habits`).
+with what to use instead (:mod:`relay_integrations.chat.habits`).
 """
 
 from __future__ import annotations
@@ -42,27 +42,25 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from .chat import ChatRequest, Message
-from .client import RelayClient
-from .config import (
+from ..relay.config import RelayConfig, RelayEnvironment, RequestHook, SwitchPolicy
+from ..relay.cues import CueSet
+from ..upstream.config import (
     MODEL_SAMPLING_FIELDS,
     EndpointConfig,
     MinP,
     Penalty,
-    RelayConfig,
-    RelayEnvironment,
     RepetitionPenalty,
-    RequestHook,
     SamplingConfig,
     Seed,
-    SwitchPolicy,
     Temperature,
     TopK,
     TopP,
 )
-from .cues import CueSet
-from .habits import FIELD_ALIASES, check_extra_body, unknown_names_message
-from .rendering import PromptRenderer
+from ..upstream.rendering import PromptRenderer
+from ..upstream.reserved_fields import check_extra_body
+from .client import RelayClient
+from .exchange import ChatRequest, Message
+from .habits import FIELD_ALIASES, unknown_names_message
 
 SAMPLING_ARGUMENTS = (*MODEL_SAMPLING_FIELDS, "max_tokens")
 CALL_ARGUMENTS = frozenset({*SAMPLING_ARGUMENTS, "stop", "chat_template_kwargs", "extra_body"})
@@ -89,13 +87,13 @@ _TOP_FIELDS = ("cues", "allow_model_mismatch", "policy")
 
 
 def _default(model: type[BaseModel], name: str) -> Any:
-    """The core's default of a field, so that the flat fields have no second copy."""
+    """The relay's default of a field, so that the flat fields have no second copy."""
     return model.model_fields[name].get_default(call_default_factory=True)
 
 
 def _same_as(model: type[BaseModel], name: str, **changes: Any) -> Any:
-    """The core's field `name` of `model` (default, bounds, description), with `changes`: a
-    flat field declared once, in the core."""
+    """The relay's field `name` of `model` (default, bounds, description), with `changes`: a
+    flat field declared once, in the relay's configuration."""
     return FieldInfo.merge_field_infos(model.model_fields[name], **changes)
 
 
@@ -163,7 +161,7 @@ class RelaySettings(BaseModel):
         default=None,
         exclude=True,
         description="How prompts are rendered (default: the servers' own chat templates via "
-        "POST /tokenize; relay_integrations.core.rendering.JinjaTemplate for servers without)",
+        "POST /tokenize; relay_integrations.upstream.JinjaChatTemplate for servers without)",
     )
     request_hook: RequestHook | None = Field(
         default=None,
@@ -179,7 +177,7 @@ class RelaySettings(BaseModel):
     @classmethod
     def _configured(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
         """The environment, read once, fills the unset fields (so that they read true) and
-        lies under them in the core's configuration; then the client is made."""
+        lies under them in the relay's configuration; then the client is made."""
         if not isinstance(data, dict):
             return handler(data)
         env = RelayEnvironment.read()
@@ -296,7 +294,7 @@ class RelaySettings(BaseModel):
         return CueSet.load(self.cues)
 
     def relay_config(self) -> RelayConfig:
-        """The core configuration these settings stand for."""
+        """The relay configuration these settings stand for."""
         return self._config
 
     def sampling(self, **overrides: Any) -> SamplingConfig:

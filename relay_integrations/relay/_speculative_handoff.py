@@ -24,8 +24,8 @@ import asyncio
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 
-from .config import ModelRole
-from .endpoint import CompletionRequest, Endpoint, StreamPiece
+from ..upstream.config import ModelRole
+from ..upstream.endpoint import CompletionRequest, Endpoint, StreamPiece
 
 
 @dataclass(frozen=True)

@@ -36,12 +36,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from .config import ModelRole, Phase, RelayConfig
+from ..upstream.config import ModelRole
+from ._speculative_handoff import NextTurn
+from .config import Phase, RelayConfig
 from .cues import CueSet
 from .reasoning import PromptReasoning
 from .result import Segment, SegmentEnd
 from .sentences import SENTENCE_STOPS, is_sentence_end, may_end_here
-from .speculative_handoff import NextTurn
 
 TurnName = Literal["reason", "relay", "answer"]
 

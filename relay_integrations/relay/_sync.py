@@ -1,4 +1,4 @@
-"""Synchronous entry points over the async core, safe inside a running event loop.
+"""Synchronous entry points over the async relay, safe inside a running event loop.
 
 A sync call made from a thread that already runs an event loop (Jupyter, a FastAPI handler)
 cannot use ``asyncio.run``. :class:`BackgroundLoop` runs coroutines on one event loop of its

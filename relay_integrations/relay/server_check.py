@@ -34,13 +34,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from .config import ModelRole, ReasoningMarkers, RelayConfig
-from .endpoint import CompletionRequest, Endpoint, ModelInfo, UpstreamFailure
-from .errors import RelayError
+from ..upstream.config import ModelRole
+from ..upstream.endpoint import CompletionRequest, Endpoint, ModelInfo, UpstreamFailure
+from ..upstream.errors import RelayError
+from ..upstream.rendering import ChatInput, PromptRenderer, RenderedPrompt
+from ._sync import shared_loop
+from .config import ReasoningMarkers, RelayConfig
 from .reasoning import PromptReasoning
-from .rendering import ChatInput, PromptRenderer, RenderedPrompt
 from .switcher import ROLES, RelaySwitcher
-from .sync import shared_loop
 
 CheckStatus = Literal["ok", "warning", "problem", "unknown"]
 CheckName = Literal[
@@ -111,7 +112,7 @@ async def check_servers(
     """Probe the two servers of `config` and list what would help or hurt the relay.
 
     `renderer` is the relay's (default: each server's own chat template). Raises
-    :class:`~relay_integrations.core.errors.CueArtifactError` when ``config.cues`` cannot be
+    :class:`~relay_integrations.relay.errors.CueArtifactError` when ``config.cues`` cannot be
     loaded, as the relay would.
     """
     async with RelaySwitcher(config, renderer=renderer) as relay:

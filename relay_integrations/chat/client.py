@@ -25,13 +25,13 @@ import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Generator
 from typing import Any, Literal, TypeVar, overload
 
-from .chat import ChatEvent, ChatRequest, ChatResponse, ToolCallChunk, stream_chat
-from .config import RelayConfig
-from .cues import CueSet
-from .final_event import final_event
-from .rendering import PromptRenderer
-from .switcher import RelaySwitcher
-from .sync import shared_loop
+from ..relay._sync import shared_loop
+from ..relay.config import RelayConfig
+from ..relay.cues import CueSet
+from ..relay.final_event import final_event
+from ..relay.switcher import RelaySwitcher
+from ..upstream.rendering import PromptRenderer
+from .exchange import ChatEvent, ChatRequest, ChatResponse, ToolCallChunk, stream_chat
 
 T = TypeVar("T")
 CLOSE_TIMEOUT = 10.0
@@ -77,7 +77,7 @@ class RelayClient:
     def stream(
         self, request: ChatRequest, *, partial_calls: bool = False
     ) -> AsyncIterator[ChatEvent | ToolCallChunk]:
-        """One chat turn, streamed (see :func:`~relay_integrations.core.chat.stream_chat`;
+        """One chat turn, streamed (see :func:`~relay_integrations.chat.exchange.stream_chat`;
         ``partial_calls`` streams a forced call while it is written)."""
         return stream_chat(self.switcher(), request, partial_calls=partial_calls)
 

@@ -25,16 +25,23 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any
 
+from ..upstream.config import ModelRole, SamplingConfig
+from ..upstream.endpoint import Endpoint, UpstreamFailure
+from ..upstream.rendering import (
+    ChatInput,
+    Message,
+    PromptRenderer,
+    RenderedPrompt,
+    ServerChatTemplate,
+)
+from ._generation import Generation
+from ._turns import MethodTurns, Turn
 from .closing import AsyncClosing
-from .config import CONTEXT_MARGIN, ModelRole, RelayConfig, RequestHook, SamplingConfig
+from .config import CONTEXT_MARGIN, RelayConfig, RequestHook
 from .cues import CueSet
-from .endpoint import Endpoint, UpstreamFailure
 from .errors import ContextOverflowError, CueArtifactError, EndpointError
 from .final_event import final_event
-from .generation import Generation
-from .rendering import ChatInput, Message, PromptRenderer, RenderedPrompt, ServerChatTemplate
 from .result import RelayDone, RelayEvent, RelayResult, SegmentDone, SegmentEnd
-from .turns import MethodTurns, Turn
 
 ROLES: tuple[ModelRole, ModelRole] = ("large", "small")
 
@@ -53,7 +60,7 @@ class RelaySwitcher(AsyncClosing):
         """`cues` (default: loaded from ``config.cues``), `renderer` (default: each server's
         own chat template) and `endpoints` (default: one :class:`Endpoint` per model of
         ``config``; pass your own to share them or to watch their requests with a
-        :class:`~relay_integrations.core.observer.RequestObserver`). The switcher closes the
+        :class:`~relay_integrations.upstream.observer.RequestObserver`). The switcher closes the
         endpoints it uses when it is closed."""
         self.config = config
         self.cues = cues if cues is not None else CueSet.load(config.cues)

@@ -1,0 +1,163 @@
+"""Configuration of one upstream vLLM server and of the sampling of its requests::
+
+    from relay_integrations.upstream import EndpointConfig, SamplingConfig, SamplingOverrides
+
+    small = EndpointConfig(base_url="http://gpu-b:8000/v1", model="Qwen/Qwen3-1.7B",
+                           sampling=SamplingOverrides(temperature=0.3))
+    SamplingConfig(max_tokens=8192).request_fields(small.sampling)  # one request's fields
+
+The relay's configuration (both endpoints, the policy, the cue set) builds on these:
+:mod:`relay_integrations.relay.config`.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from .reserved_fields import check_extra_body
+
+ModelRole = Literal["large", "small"]
+
+
+class Frozen(BaseModel):
+    """A frozen pydantic model that refuses unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+Temperature = Annotated[float, Field(ge=0, le=2, description="vLLM allows [0, 2]")]
+TopP = Annotated[float, Field(gt=0, le=1)]
+TopK = Annotated[int, Field(ge=-1, description="0 or -1: no top-k cut")]
+MinP = Annotated[float, Field(ge=0, le=1)]
+Penalty = Annotated[
+    float, Field(ge=-2, le=2, description="presence/frequency penalty, vLLM allows [-2, 2]")
+]
+RepetitionPenalty = Annotated[
+    float, Field(gt=0, allow_inf_nan=False, description="1 is none; vLLM allows (0, inf)")
+]
+Seed = Annotated[int, Field(ge=-(2**63), lt=2**63, description="vLLM's: a 64-bit integer")]
+
+
+class OptionalSampling(BaseModel):
+    """The sampling fields of one request, each optional (None: not set here): the fields of
+    :class:`SamplingOverrides` and of ``relaygen serve``'s requests."""
+
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
+    min_p: MinP | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    repetition_penalty: RepetitionPenalty | None = None
+    seed: Seed | None = None
+
+
+MODEL_SAMPLING_FIELDS = tuple(OptionalSampling.model_fields)
+"""The sampling fields of one upstream request (the token budget is the generation's)."""
+
+
+class SamplingOverrides(OptionalSampling, Frozen):
+    """One model's own sampling, over the shared :class:`SamplingConfig` (unset: shared)::
+
+    EndpointConfig(base_url=..., model="Qwen/Qwen3-1.7B",
+                   sampling=SamplingOverrides(temperature=0.3, presence_penalty=1.5))
+    """
+
+
+class SamplingConfig(Frozen):
+    """Sampling shared by both models. Defaults are the RelayGen paper's; a field left None is
+    not sent, so the server's default (the model's ``generation_config``) applies."""
+
+    temperature: Temperature = Field(default=0.6, description="sampling temperature, [0, 2]")
+    top_p: TopP = Field(default=0.95, description="nucleus sampling mass, (0, 1]")
+    top_k: TopK | None = Field(default=20, description="top-k cut (0 or -1: none)")
+    min_p: MinP | None = Field(default=None, description="min-p cut relative to the top token")
+    presence_penalty: Penalty | None = Field(
+        default=None,
+        description="[-2, 2]; Qwen3's model card suggests up to 1.5 against endless repetition",
+    )
+    frequency_penalty: Penalty | None = Field(default=None, description="[-2, 2]")
+    repetition_penalty: RepetitionPenalty | None = Field(
+        default=None, description="vLLM's multiplicative penalty (1: none)"
+    )
+    seed: Seed | None = Field(default=None, description="seed of both models' sampling")
+    max_tokens: int = Field(
+        default=32768, ge=1, description="One budget for reasoning plus answer, over all segments"
+    )
+
+    def request_fields(self, own: SamplingOverrides | None = None) -> dict[str, Any]:
+        """The sampling fields of one model's request: the shared values with the model's own
+        over them; unset fields are left out (the server's defaults)."""
+        fields = {name: getattr(self, name) for name in MODEL_SAMPLING_FIELDS}
+        if own is not None:
+            fields.update(own.model_dump(exclude_none=True))
+        return {name: value for name, value in fields.items() if value is not None}
+
+
+class EndpointConfig(Frozen):
+    """One vLLM OpenAI-compatible server and the model it serves."""
+
+    base_url: str = Field(description="OpenAI base URL of the server, e.g. http://host:8000/v1")
+    model: str = Field(description="Served model name (vLLM --served-model-name)")
+    api_key: SecretStr | None = Field(default=None, description="Bearer key, if the server has one")
+    connect_timeout: float = Field(default=10.0, gt=0, description="Seconds to open a connection")
+    read_timeout: float = Field(
+        default=600.0,
+        gt=0,
+        description="Seconds to wait for the next streamed chunk; a long reasoning trace is many "
+        "chunks, so this bounds a stall, not a whole generation",
+    )
+    max_retries: int = Field(
+        default=3, ge=0, description="Retries of a request that failed before its first token"
+    )
+    max_concurrency: int = Field(
+        default=64, ge=1, description="Requests in flight to this endpoint at once"
+    )
+    max_stop_strings: int | None = Field(
+        default=None,
+        ge=0,
+        description="Stop strings the server takes per request (vLLM: VLLM_MAX_STOP_STRINGS, "
+        "4 unless set); None learns it from the server's first refusal. The relay finds the "
+        "stop strings past it in the stream and closes the request there",
+    )
+    extra_headers: dict[str, str] = Field(default_factory=dict)
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="Extra vLLM request fields sent with every request"
+    )
+    sampling: SamplingOverrides = Field(
+        default_factory=SamplingOverrides,
+        description="This model's own sampling, over the shared values (e.g. a cooler small model)",
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        """A URL the HTTP client can open; without this, a missing scheme would be tried
+        (and retried) as a request, and then blamed on the server."""
+        if "://" not in url:
+            raise ValueError(f"{url!r} has no scheme: write 'http://{url}'")
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(
+                f"{url!r} has the scheme {parts.scheme!r}: vLLM is served over http "
+                "(https behind a proxy)"
+            )
+        if not parts.hostname:
+            raise ValueError(f"{url!r} names no host: write e.g. 'http://127.0.0.1:8000/v1'")
+        return url
+
+    @field_validator("extra_body")
+    @classmethod
+    def _own_fields_only(cls, body: dict[str, Any]) -> dict[str, Any]:
+        # logit_bias is this model's own token ids here, so it means what it says
+        check_extra_body(body, "extra_body", MODEL_SAMPLING_FIELDS, allowed=("logit_bias",))
+        return body
+
+    @property
+    def server_root(self) -> str:
+        """The server URL without the `/v1` suffix (where vLLM serves /tokenize)."""
+        root = self.base_url.rstrip("/")
+        return root[: -len("/v1")] if root.endswith("/v1") else root

@@ -1,0 +1,21 @@
+"""The errors of the wire to vLLM, and the base class of every error of the package."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+
+class RelayError(Exception):
+    """Base class of every error raised by relay_integrations."""
+
+
+class RenderError(RelayError):
+    """The chat messages could not be turned into a prompt."""
+
+
+class InvalidChatError(RenderError):
+    """The server's chat template refused these messages or tools (the caller's to fix)."""
+
+
+UpstreamKind = Literal["rejected", "timeout", "failed"]
+"""How an upstream failed: it refused the request (400), it timed out, or anything else."""
