@@ -1,4 +1,4 @@
-"""The answer grammars for tools (core/constraints.py) on the real vLLM servers: the server
+"""The answer grammars for tools (chat/constraints.py) on the real vLLM servers: the server
 compiles them, and what it writes under them comes back parsed.
 
 The reasoning is forced (``relay_integrations.testing.forcing``); the answer is left to the

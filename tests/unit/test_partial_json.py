@@ -1,5 +1,5 @@
-"""JSON read while it is written (core/partial_json), and the calls built from it
-(core/tool_calls.PartialCalls)."""
+"""JSON read while it is written (chat/_partial_json), and the calls built from it
+(chat/tool_calls.PartialCalls)."""
 
 from __future__ import annotations
 
