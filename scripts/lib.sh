@@ -3,6 +3,11 @@
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PROJECT_VENV="${RELAY_PROJECT_VENV:-$REPO/.venv}"
+# Where the vLLM servers' own venv, the built models, the logs and the pid files live.
+VENV="${RELAY_VLLM_VENV:-$REPO/.cache/vllm-venv}"
+MODELS_DIR="${RELAY_MODELS_DIR:-$REPO/.cache/models}"
+LOG_DIR="$REPO/.cache/logs"
+RUN_DIR="$REPO/.cache/run"
 
 # field LINE INDEX: one |-separated field of a server table line (vllm_servers.sh, demo_server.sh)
 field() {

@@ -30,11 +30,7 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$REPO/scripts/lib.sh"
-VENV="${RELAY_VLLM_VENV:-$REPO/.cache/vllm-venv}"
 ROUTER_VENV="${RELAY_ROUTER_VENV:-$REPO/.cache/router-venv}"
-MODELS_DIR="${RELAY_MODELS_DIR:-$REPO/.cache/models}"
-LOG_DIR="$REPO/.cache/logs"
-RUN_DIR="$REPO/.cache/run"
 HOST=127.0.0.1
 QWEN_LARGE_PORT="${RELAY_QWEN_LARGE_PORT:-8101}"
 QWEN_SMALL_PORT="${RELAY_QWEN_SMALL_PORT:-8102}"

@@ -909,6 +909,15 @@ def _joke(subject: str) -> dict[str, str]:
     }
 
 
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+"""A tool the capable model calls when asked about the weather (a ``city`` argument)."""
+
 CAPABLE_CUES = ["Therefore,", "Now"]
 """The cues the capable model's reasoning uses as sentence starters."""
 
@@ -937,12 +946,18 @@ def relay_fields(base_url: str, **fields: Any) -> dict[str, Any]:
     }
 
 
-def capable_relay_config(base_url: str, small_url: str | None = None, **fields: Any) -> RelayConfig:
-    """The ``RelayConfig`` of a relay over a capable server (``relaygen serve``'s tests)."""
+def capable_relay_config(
+    base_url: str,
+    small_url: str | None = None,
+    policy: SwitchPolicy | None = None,
+    **fields: Any,
+) -> RelayConfig:
+    """The ``RelayConfig`` of a relay over a capable server: its cues, no cool-down unless
+    `policy` says otherwise."""
     return RelayConfig(
         large=EndpointConfig(base_url=base_url, model="large"),
         small=EndpointConfig(base_url=small_url or base_url, model="small"),
         cues=CAPABLE_CUES,
-        policy=SwitchPolicy(cooldown_tokens=0),
+        policy=policy or SwitchPolicy(cooldown_tokens=0),
         **fields,
     )

@@ -9,6 +9,7 @@ from typing import Literal
 
 import pytest
 from langchain_core.messages import AIMessageChunk
+from langchain_core.messages.ai import add_ai_message_chunks
 from pydantic import BaseModel
 
 from relay_integrations.langchain import RelayChatModel
@@ -67,10 +68,8 @@ def test_stream_sends_reasoning_then_answer_then_usage_once(
             kinds.append("usage")
     assert kinds.index("text") > max(i for i, k in enumerate(kinds) if k == "reasoning")
     assert kinds[-1] == "usage" and kinds.count("usage") == 1
-    whole = chunks[0]
-    for chunk in chunks[1:]:
-        whole += chunk
-    assert isinstance(whole, AIMessageChunk)
+    assert all(isinstance(chunk, AIMessageChunk) for chunk in chunks)
+    whole = add_ai_message_chunks(chunks[0], *chunks[1:])
     assert whole.content == "The answer is 4."
     assert whole.additional_kwargs["reasoning_content"] == REASONING
     assert [b["type"] for b in whole.content_blocks] == ["reasoning", "text"]

@@ -16,6 +16,7 @@ import itertools
 
 import pytest
 from langchain_core.messages import AIMessageChunk
+from langchain_core.messages.ai import add_ai_message_chunks
 
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.relay import (
@@ -154,10 +155,8 @@ def test_langchain_streams_through_the_speculative_server(
     fields = qwen_relay_fields(speculative, qwen_small, request_hook=forcing(TRACE))
     model = RelayChatModel(**{**fields, "cues": ["5"], "temperature": 0})
     chunks = list(model.stream(MESSAGES))
-    whole = chunks[0]
-    for chunk in chunks[1:]:
-        whole += chunk
-    assert isinstance(whole, AIMessageChunk)
+    assert all(isinstance(chunk, AIMessageChunk) for chunk in chunks)
+    whole = add_ai_message_chunks(chunks[0], *chunks[1:])
     assert whole.content == "The answer is 7."
     assert whole.additional_kwargs["reasoning_content"] == REASONING
     assert whole.usage_metadata is not None and whole.usage_metadata["output_tokens"] > 0

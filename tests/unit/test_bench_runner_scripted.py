@@ -248,27 +248,18 @@ async def test_a_relay_whose_small_model_fails_still_answers(tmp_path: Path) -> 
     assert summarize(records)["relay"].pass_at_1 == pytest.approx(2 / 3)
 
 
-def bench_argv(server: ScriptedVLLM, problems: Path, out: Path, *extra: str) -> list[str]:
+NOBODY = "http://127.0.0.1:9/v1"
+"""A URL where no server listens: the command must refuse its input before any request."""
+
+
+def bench_argv(server: ScriptedVLLM | str, problems: Path, out: Path, *extra: str) -> list[str]:
+    """``relaygen bench`` on `server` (a scripted one, or a URL where none listens)."""
+    url = server if isinstance(server, str) else server.base_url
     return [
-        "bench",
-        "--problems",
-        str(problems),
-        "--out",
-        str(out),
-        "--large-url",
-        server.base_url,
-        "--large-model",
-        "large",
-        "--small-url",
-        server.base_url,
-        "--small-model",
-        "small",
-        "--cues",
-        json.dumps(CUES),
-        "--max-tokens",
-        "512",
-        "--concurrency",
-        "2",
+        *("bench", "--problems", str(problems), "--out", str(out)),
+        *("--large-url", url, "--large-model", "large"),
+        *("--small-url", url, "--small-model", "small"),
+        *("--cues", json.dumps(CUES), "--max-tokens", "512", "--concurrency", "2"),
         *extra,
     ]
 
@@ -342,23 +333,7 @@ def test_the_command_line_reports_failures_with_exit_code_1(
 def test_the_command_line_refuses_unknown_modes(
     tmp_path: Path, modes: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = [
-        "bench",
-        "--problems",
-        str(problem_file(tmp_path)),
-        "--out",
-        str(tmp_path / "out"),
-        "--modes",
-        modes,
-        "--large-url",
-        "http://127.0.0.1:9/v1",
-        "--large-model",
-        "large",
-        "--small-url",
-        "http://127.0.0.1:9/v1",
-        "--small-model",
-        "small",
-    ]
+    argv = bench_argv(NOBODY, problem_file(tmp_path), tmp_path / "out", "--modes", modes)
     assert main(argv) == 2
     assert "--modes takes large, small, relay" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
@@ -370,20 +345,5 @@ def test_the_command_line_names_a_bad_problem_file(
 ) -> None:
     problems = tmp_path / "bad.jsonl"
     problems.write_text('{"problem": "a"}\n', encoding="utf-8")
-    argv = [
-        "bench",
-        "--problems",
-        str(problems),
-        "--out",
-        str(tmp_path / "out"),
-        "--large-url",
-        "http://127.0.0.1:9/v1",
-        "--large-model",
-        "large",
-        "--small-url",
-        "http://127.0.0.1:9/v1",
-        "--small-model",
-        "small",
-    ]
-    assert main(argv) == 2
+    assert main(bench_argv(NOBODY, problems, tmp_path / "out")) == 2
     assert "no 'answer' field" in capsys.readouterr().err

@@ -21,15 +21,12 @@ from llama_index.core.tools import FunctionTool
 from relay_integrations.chat.constraints import calls_or_json
 from relay_integrations.chat.tool_calls import parse_answer
 from relay_integrations.relay import (
-    CueSet,
-    EndpointConfig,
-    RelayConfig,
     RelaySwitcher,
     SwitchPolicy,
 )
 from relay_integrations.testing.qwen3_template import render_chat, tokenize
 from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM
-from tests.fakes.capable_model import capable
+from tests.fakes.capable_model import capable, capable_relay_config
 
 WEATHER = {
     "type": "function",
@@ -663,12 +660,7 @@ async def relay_generate(messages: list[dict[str, Any]], tools: Any, **policy: A
     large = ScriptedModel("large", "", respond=capable)
     small = ScriptedModel("small", "", respond=capable)
     async with ScriptedVLLM(large, small) as server:
-        config = RelayConfig(
-            large=EndpointConfig(base_url=server.base_url, model="large"),
-            small=EndpointConfig(base_url=server.base_url, model="small"),
-            cues=list(CueSet.from_list(CUES).cues),
-            policy=SwitchPolicy.model_validate(policy),
-        )
+        config = capable_relay_config(server.base_url, policy=SwitchPolicy(**policy))
         async with RelaySwitcher(config) as relay:
             return await relay.generate(messages, tools=tools)
 

@@ -14,10 +14,9 @@ from relay_integrations.chat.exchange import (
     stream_chat,
 )
 from relay_integrations.chat.tool_calls import ToolCall
-from relay_integrations.relay import CueSet, EndpointConfig, RelayConfig, SwitchPolicy
 from relay_integrations.relay.switcher import RelaySwitcher
 from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM
-from tests.fakes.capable_model import CAPABLE_CUES, capable
+from tests.fakes.capable_model import capable, capable_relay_config
 
 WEATHER = {
     "type": "function",
@@ -37,12 +36,7 @@ async def forced_stream(partial_calls: bool) -> list[Any]:
     large = ScriptedModel("large", "", respond=capable)
     small = ScriptedModel("small", "", respond=capable)
     async with ScriptedVLLM(large, small) as server:
-        config = RelayConfig(
-            large=EndpointConfig(base_url=server.base_url, model="large"),
-            small=EndpointConfig(base_url=server.base_url, model="small"),
-            cues=list(CueSet.from_list(CAPABLE_CUES).cues),
-            policy=SwitchPolicy(cooldown_tokens=0),
-        )
+        config = capable_relay_config(server.base_url)
         request = ChatRequest(QUESTION, tools=[WEATHER], tool_choice="get_weather")
         async with RelaySwitcher(config) as relay:
             return [e async for e in stream_chat(relay, request, partial_calls=partial_calls)]

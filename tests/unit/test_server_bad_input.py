@@ -13,18 +13,12 @@ import pytest
 
 from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM
+from tests.fakes.capable_model import WEATHER_TOOL as TOOL
 from tests.fakes.capable_model import capable_relay_config
 from tests.fakes.relay_http import ServedRelay, relay_http
 
 LIMITS = ServerSettings(max_tokens_limit=1000, max_messages=8, max_body_bytes=4096)
 USER = {"role": "user", "content": "What is 7 * 6?"}
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    },
-}
 
 
 @dataclass(frozen=True)

@@ -19,18 +19,12 @@ from relay_integrations.server import RelayServer
 from relay_integrations.server.fields import IGNORED_FIELDS, REFUSED
 from relay_integrations.testing.qwen3_template import THINKING_OFF
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM
+from tests.fakes.capable_model import WEATHER_TOOL as TOOL
 from tests.fakes.capable_model import capable_relay_config
 from tests.fakes.relay_http import ServedRelay, relay_http
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "deployment.md"
 USER = {"role": "user", "content": "What is 7 * 6?"}
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    },
-}
 Upstream = list[dict[str, Any]]  # the completion requests both models received
 
 
