@@ -7,7 +7,7 @@ to work behind one address, as uvicorn's and gunicorn's ``--workers`` do::
 
 This process (the supervisor) binds the port, then starts N worker processes (spawned: a fresh
 interpreter each, the configuration pickled). Each builds its own :class:`.RelayServer` and
-serves on the shared socket as one process does (:mod:`.runner`); the kernel hands each new
+serves on the shared socket as one process does (:mod:`.draining`); the kernel hands each new
 connection to one of them. The supervisor serves nothing itself; it
 
 * on SIGTERM or SIGINT closes its copy of the socket and sends SIGTERM to every worker: each
@@ -53,9 +53,9 @@ from pydantic import BaseModel
 from ..relay.config import RelayConfig
 from ..upstream.errors import RelayError
 from .app import RelayServer
+from .draining import DrainingServer, uvicorn_config
 from .logs import configure_logging, log
 from .metrics import MULTIPROC_DIR
-from .runner import DrainingServer, uvicorn_config
 from .settings import ServerSettings
 
 READY = "ready"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import uvicorn
 
 from relay_integrations.server import RelayServer
-from relay_integrations.server.runner import DrainingServer
+from relay_integrations.server.draining import DrainingServer
 
 
 @dataclass

@@ -33,14 +33,11 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path, top_level_only: bool) -> Iterator[str]:
-    """The relay_integrations modules `path` imports (`top_level_only`: those its import runs
-    at once, outside functions and ``if TYPE_CHECKING``)."""
+def _imports(path: Path) -> Iterator[str]:
+    """Every module `path` imports, anywhere in it, and every name it imports from one."""
     module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    tree = ast.parse(path.read_text())
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
-    for node in nodes:
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -87,7 +84,7 @@ def test_every_arrow_points_down_the_layers() -> None:
     wrong = []
     for name, path in modules.items():
         own = _top_package(name)
-        for target in _imports(path, top_level_only=False):
+        for target in _imports(path):
             if not target.startswith(ROOT) or target.startswith(f"{ROOT}.core"):
                 continue
             other = _top_package(_known(target, modules))
@@ -103,9 +100,7 @@ def test_the_three_layers_import_only_downwards() -> None:
     nothing of the adapters' kit."""
     modules = _modules()
     for name, path in modules.items():
-        targets = {
-            _top_package(_known(t, modules)) for t in _imports(path, False) if t.startswith(ROOT)
-        }
+        targets = {_top_package(_known(t, modules)) for t in _imports(path) if t.startswith(ROOT)}
         if _top_package(name) == "upstream":
             assert not targets & {"relay", "chat"}, name
         if _top_package(name) == "relay":
@@ -113,13 +108,13 @@ def test_the_three_layers_import_only_downwards() -> None:
 
 
 def test_no_module_imports_itself_round_a_cycle() -> None:
-    """Among the imports a module's own import runs (its top level), no cycle: each module
-    can be imported first, alone."""
+    """No cycle among the modules, counting every import (inside functions too): each
+    module can be read, and imported first, without the ones that use it."""
     modules = _modules()
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         edges = set()
-        for target in _imports(path, top_level_only=True):
+        for target in _imports(path):
             parts = target.split(".")
             for end in range(2, len(parts) + 1):  # importing a.b.c imports a.b first
                 prefix = ".".join(parts[:end])

@@ -1,0 +1,40 @@
+"""uvicorn's server for the relay, telling it when the shutdown starts (one process or each
+worker of several)::
+
+    relay = RelayServer(config, settings)
+    DrainingServer(uvicorn_config(relay), relay).run()
+"""
+
+from __future__ import annotations
+
+from types import FrameType
+
+import uvicorn
+
+from .app import RelayServer
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, telling the relay when the shutdown starts."""
+
+    def __init__(self, config: uvicorn.Config, relay: RelayServer) -> None:
+        super().__init__(config)
+        self.relay = relay
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.relay.draining = True
+        super().handle_exit(sig, frame)
+
+
+def uvicorn_config(relay: RelayServer) -> uvicorn.Config:
+    settings = relay.settings
+    return uvicorn.Config(
+        relay.app(),
+        host=settings.host,
+        port=settings.port,
+        timeout_graceful_shutdown=settings.shutdown_timeout,
+        timeout_keep_alive=settings.keep_alive_timeout,
+        log_config=None,  # ours: configure_logging
+        access_log=False,  # the relay logs each request, with its id
+        lifespan="on",
+    )
