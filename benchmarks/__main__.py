@@ -1,42 +1,21 @@
-"""``python -m benchmarks switcher | server-load | tiny-servers | gpu-speed [options]`` (see the package)."""
+"""``python -m benchmarks gpu-speed | server-load | client-cost | authors-loop [options]`` (see
+the package)."""
 
 from __future__ import annotations
 
+import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-USAGE = "usage: python -m benchmarks {switcher,server-load,tiny-servers,gpu-speed} [options] (--help each)"
-
-
-def _switcher(argv: Sequence[str]) -> int:
-    from .switcher.cli import main
-
-    return main(argv)
-
-
-def _server_load(argv: Sequence[str]) -> int:
-    from .server_load.cli import main
-
-    return main(argv)
-
-
-def _gpu_speed(argv: Sequence[str]) -> int:
-    from .gpu_speed.cli import main
-
-    return main(argv)
-
-
-def _tiny_servers(argv: Sequence[str]) -> int:
-    from .tiny_servers import main
-
-    return main(argv)
-
-
-BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {
-    "switcher": _switcher,
-    "server-load": _server_load,
-    "tiny-servers": _tiny_servers,
-    "gpu-speed": _gpu_speed,
+USAGE = (
+    "usage: python -m benchmarks {gpu-speed,server-load,client-cost,authors-loop} [options] "
+    "(--help each)"
+)
+BENCHMARKS = {  # each one's package; its cli module has main(argv) -> exit status
+    "gpu-speed": "gpu_speed",
+    "server-load": "server_load",
+    "client-cost": "client_cost",
+    "authors-loop": "authors_loop",
 }
 
 
@@ -44,7 +23,9 @@ def main(argv: Sequence[str]) -> int:
     if not argv or argv[0] not in BENCHMARKS:
         print(USAGE, file=sys.stderr)
         return 2
-    return BENCHMARKS[argv[0]](argv[1:])
+    cli = importlib.import_module(f"benchmarks.{BENCHMARKS[argv[0]]}.cli")
+    status: int = cli.main(argv[1:])
+    return status
 
 
 if __name__ == "__main__":

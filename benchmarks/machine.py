@@ -1,9 +1,9 @@
 """What a benchmark run records of the machine and the code it measured::
 
-    facts = MachineFacts.now(["python", "-m", "benchmarks", "switcher", "--quick"])
+    facts = MachineFacts.now(["python", "-m", "benchmarks", "authors-loop", "--quick"])
     facts.commit, facts.library_uncommitted, facts.cpus, facts.load_at_start
 
-The switcher and server-load benchmarks print these first and write them into their JSON.
+The benchmarks print these first and write them into their JSON.
 """
 
 from __future__ import annotations

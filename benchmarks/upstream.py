@@ -5,7 +5,7 @@ A scripted pair of models (:mod:`relay_integrations.testing.scripted_vllm`, "lar
 starters (:data:`CUES`: a relay with both switches twice a generation, with "Now" once), then
 an answer that restates the question's first sentence (:func:`scripted_answer`): 54 tokens
 and 2 switches for ``server-load``'s "What is 42 * 7?", and a generation that grows with the
-question for the client-cost fit of ``switcher``. The models stream in pure Python; run in
+question for the fit of ``client-cost``. The models stream in pure Python; run in
 the benchmark's own process they would share its event loop with what it measures. So
 `start` runs them as ``python -m benchmarks.upstream`` and returns the base URL, `stop` ends
 the process::
@@ -71,8 +71,8 @@ def scripted_answer(prompt: str, body: dict[str, Any]) -> str:
 def scripted_pair(token_delay: float, memory: int | None = MEMORY) -> ScriptedVLLM:
     """The scripted vLLM serving "large" and "small", both writing :func:`scripted_answer`
     (``token_delay`` seconds a token; ``memory``: see ``ScriptedModel``)."""
-    # here, not at the top: the switcher benchmark imports this module without the server
-    # extra (only its step 5 starts the upstream)
+    # here, not at the top: the benchmarks import this module (CUES, launch, stop) without
+    # the server extra; only the upstream's own process needs it
     from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM
 
     return ScriptedVLLM(

