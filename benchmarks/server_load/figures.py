@@ -190,7 +190,7 @@ class CpuFigures(BaseModel):
 
     @classmethod
     def of(cls, seconds: CpuSeconds, wall: float, generations: int) -> CpuFigures:
-        others = seconds.machine - seconds.relay - seconds.upstream - seconds.client
+        others = _others(seconds)
         return cls(
             wall_seconds=wall,
             seconds=seconds,
@@ -265,7 +265,7 @@ class WorkerCountFigures(BaseModel):
     ) -> WorkerCountFigures:
         """`per_process`: the CPU seconds of each process of the relay's tree."""
         ok = [s for s in samples if s.error is None]
-        others = cpu.machine - cpu.relay - cpu.upstream - cpu.client
+        others = _others(cpu)
         return cls(
             workers=workers,
             generations=len(ok),
@@ -289,3 +289,10 @@ class WorkersRecord(BaseModel):
     relay_env: dict[str, str]
     settings: Settings
     figures: list[WorkerCountFigures]
+
+
+def _others(cpu: CpuSeconds) -> float:
+    """The machine's CPU seconds not used by the relay, the upstream or the client. /proc
+    counts in ticks of 10 ms, so over a second or two the difference of the sums can fall a
+    tick or two below zero: that is none."""
+    return max(0.0, cpu.machine - cpu.relay - cpu.upstream - cpu.client)

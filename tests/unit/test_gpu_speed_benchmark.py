@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from relay_integrations.testing.qwen3_template import tokenize
+import pytest
+
+from benchmarks.gpu_speed.traces import Traces
+from relay_integrations.testing.qwen3_template import render_chat, tokenize
 
 TRACE = (
     "<think>\nLet me see what is asked. Therefore, the sum is four. Now we check it once "
@@ -38,3 +41,17 @@ def test_the_benchmark_prints_its_table_and_writes_its_figures(tmp_path: Path) -
     assert 0.95 < level["large_alone_over_ideal"] < 1.05
     assert level["large_alone_s"] > len(tokenize(TRACE)) * 0.0218
     assert 0.9 < level["relay_over_ideal"] < 1.5 and level["serve_s"] > 0
+
+
+def test_the_traces_upstream_writes_the_rest_of_the_trace_and_nothing_past_it() -> None:
+    """A prompt on the trace gets the rest of it; one a cue's comma past it (a hand-off
+    opened ahead that the trace does not make) gets nothing; one further off is an error."""
+    traces = Traces(questions=["What is 2 + 2?"], texts=[TRACE])
+    (message,) = traces.messages(0)
+    prompt = render_chat([message]) + "<think>\nLet me see what is asked."
+    assert traces.respond(prompt, {}) == TRACE[len("<think>\nLet me see what is asked.") :]
+    assert (
+        traces.respond(render_chat([message]) + "<think>\nLet me see what is asked. So,", {}) == ""
+    )
+    with pytest.raises(ValueError, match="left the trace after 24 characters"):
+        traces.respond(render_chat([message]) + "<think>\nLet me see what was said, and then", {})
