@@ -139,7 +139,20 @@ async def test_the_same_segments_as_without_speculation_and_vllms_token_counts(
         assert large.completion_tokens <= counted["vllm:generation_tokens_total"]
     else:  # closed at stops found in the stream: the usage of the chunk that held the stop
         assert large.cache_unreported == 3  # the three cues, each found in the stream
-        assert 0 <= counted["vllm:generation_tokens_total"] - large.completion_tokens <= 4 * 3
+        # vLLM computes on past a stop until the close reaches it (a step or a few, by the
+        # machine's load), but each request closed at its cue stopped short of writing the
+        # rest of the reasoning, as it would have had the relay not closed it
+        rest_of_reasoning = [
+            sum(
+                later.usage.completion_tokens
+                for later in drafted.segments[i + 1 :]
+                if later.phase == "reasoning"
+            )
+            for i, segment in enumerate(drafted.segments)
+            if segment.model == "large" and segment.ended_by == "cue"
+        ]
+        past_stops = counted["vllm:generation_tokens_total"] - large.completion_tokens
+        assert 0 <= past_stops < sum(rest_of_reasoning), (past_stops, rest_of_reasoning)
     print(
         f"\naccepted drafted tokens: {counted['vllm:spec_decode_num_accepted_tokens_total']:g}; "
         f"chunks of several tokens: {chunks.multi_token_chunks()}, "
