@@ -5,8 +5,8 @@ ways.
 - ``large alone``: one streamed completion per generation from the large model, through the
   relay's own endpoint client (what the relay is compared with);
 - ``serve``: ``relaygen serve`` in a process of its own, streamed chat completions sent to it
-  from this one (its CPU is read from ``/proc``; the event-loop lag is the server's own
-  ``relay_event_loop_lag_seconds``).
+  from this one and read with the relay's own HTTP client (its CPU is read from ``/proc``; the
+  event-loop lag is the server's own ``relay_event_loop_lag_seconds``).
 
 Each run gets fresh upstreams (:mod:`.upstream`), so no run finds another's prefixes cached.
 """
@@ -38,6 +38,7 @@ from relay_integrations.relay import (
 )
 from relay_integrations.server.metrics import watch_loop_lag
 from relay_integrations.testing.qwen3_template import render_chat, tokenize
+from relay_integrations.upstream._wire import WireClient
 from relay_integrations.upstream.config import ModelRole
 from relay_integrations.upstream.endpoint import CompletionRequest, Endpoint
 
@@ -235,22 +236,23 @@ async def serve_run(setup: Setup, load: Load) -> Run:
         env = {"RELAY_LARGE__MAX_CONCURRENCY": limit, "RELAY_SMALL__MAX_CONCURRENCY": limit}
         with (setup.logs / "serve.log").open("ab") as log:
             server = start_server(command, env, log)
+            url = f"http://127.0.0.1:{port}"
+            chats = WireClient(url, {}, connect_timeout=10, read_timeout=600)
             try:
-                url = f"http://127.0.0.1:{port}"
-                limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-                async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+                async with httpx.AsyncClient(timeout=60) as client:
                     await wait_healthy(client, url, server)
-                    await _chat(client, url, setup.traces.messages(load.generations))
+                    await _chat(chats, setup.traces.messages(load.generations))
                     lag_before = await _loop_lag(client, url)
                     cpu_before = cpu_seconds(server.pid)
 
                     async def one(generation: int) -> int:
-                        return await _chat(client, url, setup.traces.messages(generation))
+                        return await _chat(chats, setup.traces.messages(generation))
 
                     walls, tokens, seconds, _, _ = await _timed(load, one)
                     cpu = cpu_seconds(server.pid) - cpu_before
                     lag = _lag_since(lag_before, await _loop_lag(client, url))
             finally:
+                await chats.aclose()
                 stop_process(server)
     return Run("serve", load, walls, seconds, sum(tokens), cpu, lag, up["engines"])
 
@@ -267,8 +269,10 @@ def serve_command(urls: dict[str, str], port: int, concurrency: int) -> list[str
     ]
 
 
-async def _chat(client: httpx.AsyncClient, url: str, messages: list[dict[str, str]]) -> int:
-    """One streamed chat completion to its end; the completion tokens of its usage."""
+async def _chat(client: WireClient, messages: list[dict[str, str]]) -> int:
+    """One streamed chat completion to its end; the completion tokens of its usage. Read with
+    the relay's own HTTP client: httpx, as a load client, cost this process as much CPU a chunk
+    as the server spent writing it, and on two cores that slowed the server's generations."""
     body = {
         "model": "large",
         "messages": messages,
@@ -277,12 +281,14 @@ async def _chat(client: httpx.AsyncClient, url: str, messages: list[dict[str, st
         "stream_options": {"include_usage": True},
     }
     tokens = 0
-    async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
-        response.raise_for_status()
-        async for line in response.aiter_lines():
-            if line.startswith("data: {") and '"usage": {' in line:
-                usage = json.loads(line[6:]).get("usage")
+    response = await client.request("POST", "/v1/chat/completions", body)
+    try:
+        async for data in response.events():
+            if data.startswith(b"{") and b'"usage": {' in data:
+                usage = json.loads(data).get("usage")
                 tokens = usage["completion_tokens"] if usage else tokens
+    finally:
+        await response.close()
     return tokens
 
 
