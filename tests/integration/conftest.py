@@ -125,9 +125,14 @@ def speculative() -> Server:
     return Server(_env("RELAY_TEST_SPEC_URL"), _env("RELAY_TEST_QWEN_LARGE_MODEL"), "")
 
 
+# The tests' own reads of a server's /metrics, /health or /tokenize: a loaded CI machine has
+# taken longer than httpx's default 5 s to connect to a server on 127.0.0.1.
+PATIENT = httpx.Timeout(30)
+
+
 async def vllm_metric(root: str, name: str) -> float:
     """A vLLM metric from /metrics, summed over its labels (e.g. its model names)."""
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(timeout=PATIENT) as client:
         text = (await client.get(f"{root}/metrics")).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 

@@ -35,7 +35,14 @@ from relay_integrations.relay import (
 from relay_integrations.testing import forcing
 from tests.fakes.ports import free_port
 
-from .conftest import Replica, Server, pair_options, running_requests, settled_metric
+from .conftest import (
+    PATIENT,
+    Replica,
+    Server,
+    pair_options,
+    running_requests,
+    settled_metric,
+)
 from .test_relay_real_vllm import QUESTION, QWEN_TRACE, qwen_config, run
 
 pytestmark = [pytest.mark.vllm, pytest.mark.scale_out]
@@ -119,7 +126,7 @@ def servers_script(*args: str) -> None:
 
 
 async def workers_healthy(router: Server) -> bool:
-    async with httpx.AsyncClient(timeout=5) as client:
+    async with httpx.AsyncClient(timeout=PATIENT) as client:
         workers = (await client.get(f"{router.root}/workers")).json()["workers"]
     return len(workers) == 2 and all(worker["is_healthy"] for worker in workers)
 
@@ -127,7 +134,7 @@ async def workers_healthy(router: Server) -> bool:
 async def replica_writing(replicas: tuple[Replica, Replica]) -> Replica:
     """The one replica generating a request, as soon as its gauge shows it (vLLM sets the
     gauge after an engine step, so a loaded machine can read it a moment late)."""
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 10
     while True:
         running = [await running_requests(replica.root) for replica in replicas]
         if sorted(running) == [0, 1]:
@@ -256,7 +263,7 @@ async def test_relaygen_serve_with_two_workers_in_front_of_the_router(
     await asyncio.gather(*(whole() for _ in range(4)), *(streamed() for _ in range(4)))
     await client.close()
 
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=PATIENT) as http:
         scrape = (await http.get(f"{served_on_router}/metrics")).text
     answered = 'relay_requests_total{path="/v1/chat/completions",status="200"} '
     assert [

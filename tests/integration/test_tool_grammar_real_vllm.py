@@ -26,7 +26,7 @@ from relay_integrations.relay.config import Phase
 from relay_integrations.testing import forcing
 from relay_integrations.upstream.config import ModelRole
 
-from .conftest import Server, qwen_relay_fields
+from .conftest import PATIENT, Server, qwen_relay_fields
 
 pytestmark = pytest.mark.vllm
 
@@ -50,7 +50,7 @@ VERDICT_FORMAT = {"type": "json_schema", "json_schema": {"schema": Verdict.model
 def first_token(server: Server, model: str, text: str) -> int:
     """The id of `text` as one token of the server's tokenizer."""
     body = {"model": model, "prompt": text, "add_special_tokens": False}
-    (token,) = httpx.post(f"{server.root}/tokenize", json=body).json()["tokens"]
+    (token,) = httpx.post(f"{server.root}/tokenize", json=body, timeout=PATIENT).json()["tokens"]
     return int(token)
 
 
