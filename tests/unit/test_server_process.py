@@ -8,9 +8,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -20,44 +22,57 @@ from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
 from tests.fakes.capable_model import capable_server
 from tests.fakes.chat_stream import stream_in_thread
 from tests.fakes.ports import free_port
-from tests.fakes.relay_env import relay_server_env
+from tests.fakes.relay_env import recording, relay_server_env
 
 EXITED_ON_SIGTERM = (0, -signal.SIGTERM)  # uvicorn re-raises the signal after its shutdown
 
 
+@dataclass
+class Served:
+    """A running ``relaygen serve``, its URL and the JSON records it has logged so far."""
+
+    process: subprocess.Popen[str]
+    url: str
+    records: list[dict[str, Any]]
+    reader: threading.Thread  # ends once the process has exited and its stderr is read
+
+
 @contextmanager
-def relaygen_serve(
-    upstream: ScriptedVLLM, *args: str
-) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """``relaygen serve`` on a free port, endpoints from RELAY_* variables; yields (process, url)."""
+def relaygen_serve(upstream: ScriptedVLLM, *args: str) -> Iterator[Served]:
+    """``relaygen serve`` on a free port, endpoints from RELAY_* variables, once /health
+    answers 200 (within 60 s: a loaded machine imports slowly)."""
     port = free_port()
-    env = relay_server_env(upstream, port)
     process = subprocess.Popen(
         [sys.executable, "-m", "relay_integrations.cli", "serve", *args],
-        env=env,
+        env=relay_server_env(upstream, port),
         stderr=subprocess.PIPE,
         text=True,
     )
-    url = f"http://127.0.0.1:{port}"
+    served = Served(process, f"http://127.0.0.1:{port}", *recording(process))
     try:
-        for _ in range(200):
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+        deadline = time.monotonic() + 60
+        while not healthy(served.url):
+            assert process.poll() is None, f"exited: {served.records}"
+            assert time.monotonic() < deadline, f"no /health 200 in 60 s: {served.records}"
             time.sleep(0.05)
-        yield process, url
+        yield served
     finally:
         if process.poll() is None:
             process.kill()
         process.wait(10)
 
 
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def test_sigterm_lets_a_stream_finish_and_refuses_new_connections() -> None:
     upstream = capable_server(token_delay=0.03)  # about 2 s per generation
-    with serving(upstream), relaygen_serve(upstream, "--shutdown-timeout", "20") as (process, url):
+    with serving(upstream), relaygen_serve(upstream, "--shutdown-timeout", "20") as served:
+        process, url = served.process, served.url
         outcome: dict[str, Any] = {}
         thread = stream_in_thread(httpx.Client(base_url=url, timeout=60), outcome)
         assert outcome["started"].wait(10)
@@ -67,7 +82,8 @@ def test_sigterm_lets_a_stream_finish_and_refuses_new_connections() -> None:
             httpx.get(f"{url}/health", timeout=2)
         thread.join(30)
         assert process.wait(30) in EXITED_ON_SIGTERM
-        logs = [json.loads(line) for line in process.stderr.read().splitlines() if line]  # type: ignore[union-attr]
+        served.reader.join(10)
+        logs = served.records
     assert "error" not in outcome
     assert outcome["lines"][-1] == "[DONE]"  # the stream finished during the shutdown
     finish = json.loads(outcome["lines"][-2])
@@ -78,6 +94,7 @@ def test_sigterm_lets_a_stream_finish_and_refuses_new_connections() -> None:
     )
     assert content == "The answer is 42."
     # structured logs: every line JSON, the request logged with its id and its generation
+    assert not [r["msg"] for r in logs if r.get("unparsed")]
     (request,) = [e for e in logs if e["msg"] == "request" and e["path"] == "/v1/chat/completions"]
     (done,) = [e for e in logs if e["msg"] == "generation done"]
     assert request["status"] == 200 and request["request_id"] == done["request_id"]
@@ -86,7 +103,8 @@ def test_sigterm_lets_a_stream_finish_and_refuses_new_connections() -> None:
 
 def test_a_stream_past_the_shutdown_deadline_is_cut_and_its_upstream_cancelled() -> None:
     upstream = capable_server(token_delay=0.3)  # about 20 s per generation
-    with serving(upstream), relaygen_serve(upstream, "--shutdown-timeout", "1") as (process, url):
+    with serving(upstream), relaygen_serve(upstream, "--shutdown-timeout", "1") as served:
+        process, url = served.process, served.url
         outcome: dict[str, Any] = {}
         thread = stream_in_thread(httpx.Client(base_url=url, timeout=60), outcome)
         assert outcome["started"].wait(10)

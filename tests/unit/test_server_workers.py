@@ -30,7 +30,7 @@ from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
 from tests.fakes.capable_model import capable_server
 from tests.fakes.chat_stream import QUESTION, stream_in_thread, streamed_content
 from tests.fakes.ports import free_port
-from tests.fakes.relay_env import relay_server_env
+from tests.fakes.relay_env import recording, relay_server_env
 
 MESSAGES: Any = [QUESTION]  # what the openai client is sent
 ANSWER = "The answer is 42."
@@ -70,14 +70,6 @@ class Served:
         return [r for r in list(self.records) if r["msg"] == "request" and r["path"] == CHAT]
 
 
-def read_records(stream: Any, records: list[dict[str, Any]]) -> None:
-    for line in stream:
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            records.append({"msg": line.rstrip()})  # a traceback, say: kept for the asserts
-
-
 def gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -96,10 +88,7 @@ def relaygen_serve_workers(upstream: ScriptedVLLM, *args: str) -> Iterator[Serve
         stderr=subprocess.PIPE,
         text=True,
     )
-    served = Served(process, f"http://127.0.0.1:{port}")
-    threading.Thread(
-        target=read_records, args=(process.stderr, served.records), daemon=True
-    ).start()
+    served = Served(process, f"http://127.0.0.1:{port}", recording(process)[0])
     try:
         served.wait_for(lambda r: r["msg"] == "serving")
         yield served
