@@ -1,5 +1,5 @@
-"""The environment of a ``relaygen serve`` process over a scripted upstream, and the reading
-of its JSON log lines while it runs."""
+"""The environment of a ``relaygen serve`` process over a scripted upstream, the reading of
+its JSON log lines while it runs, and whether it serves."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import os
 import subprocess
 import threading
 from typing import IO, Any
+
+import httpx
 
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM
 from tests.fakes.capable_model import CAPABLE_CUES
@@ -47,3 +49,11 @@ def recording(process: subprocess.Popen[str]) -> tuple[list[dict[str, Any]], thr
     reader = threading.Thread(target=read_records, args=(process.stderr, records), daemon=True)
     reader.start()
     return records, reader
+
+
+def healthy(url: str) -> bool:
+    """Whether the relay server at `url` answers /health with 200 (False while it starts)."""
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -34,6 +34,7 @@ from relay_integrations.relay import (
 )
 from relay_integrations.testing import forcing
 from tests.fakes.ports import free_port
+from tests.fakes.relay_env import healthy
 
 from .conftest import (
     PATIENT,
@@ -221,13 +222,6 @@ def served_on_router(router_hash: Server, qwen_small: Server) -> Iterator[str]:
             if process.poll() is None:
                 process.kill()
                 process.wait(10)
-
-
-def healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def read_all(log: IO[str]) -> str:

@@ -22,7 +22,7 @@ from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
 from tests.fakes.capable_model import capable_server
 from tests.fakes.chat_stream import stream_in_thread
 from tests.fakes.ports import free_port
-from tests.fakes.relay_env import recording, relay_server_env
+from tests.fakes.relay_env import healthy, recording, relay_server_env
 
 EXITED_ON_SIGTERM = (0, -signal.SIGTERM)  # uvicorn re-raises the signal after its shutdown
 
@@ -60,13 +60,6 @@ def relaygen_serve(upstream: ScriptedVLLM, *args: str) -> Iterator[Served]:
         if process.poll() is None:
             process.kill()
         process.wait(10)
-
-
-def healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def test_sigterm_lets_a_stream_finish_and_refuses_new_connections() -> None:
