@@ -51,6 +51,8 @@ class RelayClient:
         self._switchers: dict[asyncio.AbstractEventLoop, _LoopSwitcher] = {}
         self._lock = threading.Lock()  # loops of several threads use one client
         self._background = shared_loop()
+        self.served_window: int | None = None
+        """The large model's context window once :meth:`context_window` has asked for it."""
 
     def switcher(self) -> RelaySwitcher:
         """The switcher of the running event loop, made on first use (also after a close)."""
@@ -92,8 +94,10 @@ class RelayClient:
         return int(response["count"])
 
     async def context_window(self) -> int | None:
-        """The large model's context window, as its server reports it."""
-        return (await self.switcher().endpoints["large"].model_info()).max_model_len
+        """The large model's context window, as its server reports it (kept in
+        :attr:`served_window`)."""
+        self.served_window = (await self.switcher().endpoints["large"].model_info()).max_model_len
+        return self.served_window
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine from sync code, even inside a running event loop."""

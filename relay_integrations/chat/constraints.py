@@ -89,7 +89,11 @@ def _call_tag(tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def _call_schema(
     tools: Sequence[Mapping[str, Any]], strict: Callable[[Mapping[str, Any]], bool]
 ) -> dict[str, Any]:
-    options = []
+    """``{"name": ..., "arguments": ...}`` of one of `tools`. A tool whose parameters refer
+    to definitions (``$defs``, ``$ref``: nested and recursive models) has them moved to this
+    schema's root, where references resolve: nested under ``arguments`` they would point at
+    the wrong place."""
+    options, definitions = [], {}
     for tool in tools:
         function = tool.get("function", tool)
         arguments = (
@@ -97,6 +101,9 @@ def _call_schema(
             if strict(tool)
             else {"type": "object"}
         )
+        if _refers(arguments):
+            definitions.update(_rooted(f"{function['name']}.parameters", arguments))
+            arguments = {"$ref": f"#/$defs/{function['name']}.parameters"}
         options.append(
             {
                 "type": "object",
@@ -105,7 +112,54 @@ def _call_schema(
                 "additionalProperties": False,
             }
         )
-    return options[0] if len(options) == 1 else {"anyOf": options}
+    schema = options[0] if len(options) == 1 else {"anyOf": options}
+    return {**schema, "$defs": definitions} if definitions else schema
+
+
+def _refers(schema: Any) -> bool:
+    """Whether `schema` holds a ``$ref`` anywhere."""
+    if isinstance(schema, Mapping):
+        return isinstance(schema.get("$ref"), str) or any(map(_refers, schema.values()))
+    if isinstance(schema, list):
+        return any(map(_refers, schema))
+    return False
+
+
+def _rooted(name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """`schema` and its definitions as definitions of another schema's root, named `name`
+    and ``name.Def``, every local reference rewritten to follow: ``#`` (the schema itself),
+    ``#/$defs/Def`` and ``#/definitions/Def``, and any other pointer into the schema."""
+    own = {
+        **(schema.get("definitions") or {}),
+        **(schema.get("$defs") or {}),
+    }
+    body = {k: v for k, v in schema.items() if k not in ("$defs", "definitions")}
+
+    def moved(pointer: str) -> str:
+        parts = pointer.removeprefix("#").removeprefix("/").split("/", 2)
+        if parts[0] in ("$defs", "definitions") and len(parts) > 1 and parts[1] in own:
+            return "/".join([f"#/$defs/{name}.{parts[1]}", *parts[2:]])
+        return f"#/$defs/{name}" + pointer.removeprefix("#")
+
+    rooted = {name: _rewrite_refs(body, moved)}
+    for definition, value in own.items():
+        rooted[f"{name}.{definition}"] = _rewrite_refs(value, moved)
+    return rooted
+
+
+def _rewrite_refs(schema: Any, moved: Callable[[str], str]) -> Any:
+    """`schema` with every local ``$ref`` (one that starts with ``#``) passed through
+    `moved`."""
+    if isinstance(schema, Mapping):
+        return {
+            key: moved(value)
+            if key == "$ref" and isinstance(value, str) and value.startswith("#")
+            else _rewrite_refs(value, moved)
+            for key, value in schema.items()
+        }
+    if isinstance(schema, list):
+        return [_rewrite_refs(item, moved) for item in schema]
+    return schema
 
 
 def _json(element: dict[str, Any]) -> dict[str, Any]:

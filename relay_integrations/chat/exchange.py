@@ -137,10 +137,12 @@ class ContentDelta:
 
 @dataclass(frozen=True)
 class ToolCallDelta:
-    """A finished tool call (or an unreadable one), numbered in answer order."""
+    """A finished tool call (or an unreadable one), numbered in answer order; ``model`` wrote
+    its end."""
 
     index: int
     call: ToolCall | InvalidToolCall
+    model: ModelRole
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,7 @@ class ToolCallChunk:
     index: int
     id: str
     text: str
+    model: ModelRole
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,11 @@ class ChatResponse:
     invalid_tool_calls: list[InvalidToolCall]
     finish_reason: Literal["stop", "length", "tool_calls"]
     result: RelayResult
+
+    @property
+    def last_model(self) -> ModelRole | None:
+        """The model that wrote the last segment (None if nothing was written)."""
+        return self.result.segments[-1].model if self.result.segments else None
 
 
 ChatEvent = ReasoningDelta | ContentDelta | ToolCallDelta | ChatResponse
@@ -215,7 +223,7 @@ async def stream_chat(
             elif forced:
                 forced_json.append(event.text)
                 if partial_calls:
-                    yield ToolCallChunk(0, forced_id, event.text)
+                    yield ToolCallChunk(0, forced_id, event.text, event.model)
             else:
                 pieces: list[AnswerPiece] = (
                     [event.text] if parser is None else parser.feed(event.text)
@@ -254,7 +262,7 @@ class _Answer:
                 events.append(ContentDelta(piece, model))
             else:
                 self.calls.append(piece)
-                events.append(ToolCallDelta(len(self.calls) - 1, piece))
+                events.append(ToolCallDelta(len(self.calls) - 1, piece, model))
         return events
 
     def response(self, result: RelayResult, parallel_tool_calls: bool) -> ChatResponse:

@@ -25,8 +25,7 @@ with what to use instead (:mod:`relay_integrations.chat.habits`).
 from __future__ import annotations
 
 import copy
-import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Self
 
 from pydantic import (
@@ -58,6 +57,7 @@ from ..upstream.config import (
 )
 from ..upstream.rendering import PromptRenderer
 from ..upstream.reserved_fields import check_extra_body
+from ._shared_clients import ClientLease, client_key, lease_client
 from .client import RelayClient
 from .exchange import ChatRequest, Message
 from .habits import FIELD_ALIASES, unknown_names_message
@@ -170,20 +170,87 @@ class RelaySettings(BaseModel):
         "outputs with relay_integrations.testing.forcing",
     )
 
-    _client: RelayClient = PrivateAttr()
-    _config: RelayConfig = PrivateAttr()
+    _environment: RelayEnvironment = PrivateAttr()
+    _configured_as: tuple[Hashable, RelayConfig, str] | None = PrivateAttr(default=None)
+    _lease: ClientLease | None = PrivateAttr(default=None)
 
     @model_validator(mode="wrap")
     @classmethod
     def _configured(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
         """The environment, read once, fills the unset fields (so that they read true) and
-        lies under them in the relay's configuration; then the client is made."""
+        lies under them in the relay's configuration; then the configuration is checked and
+        the cue set loaded (a bad artifact or a bad field fails here, with its reason)."""
         if not isinstance(data, dict):
             return handler(data)
         env = RelayEnvironment.read()
         settings = handler(cls._from_user(data, env))
-        settings._connect(env)
+        settings._environment = env
+        _ = settings._client
         return settings
+
+    # -- one truth: what the object shows is what its requests carry ----------------------
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A relay field assigned is validated, and the relay's configuration follows it; a
+        value the relay cannot honour is refused and the field keeps its value."""
+        if name.startswith("_") or (
+            name in type(self).model_fields and name not in RelaySettings.model_fields
+        ):  # private attributes and the framework's own fields, as the framework has them
+            super().__setattr__(name, value)
+        else:
+            self._change({name: value})
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy, with `update` validated as the constructor validates it (pydantic's own
+        ``model_copy`` sets the values unchecked); the copy's requests carry its values, over
+        the connections of the same endpoints."""
+        copied = super().model_copy(deep=deep)
+        if update:
+            copied._change(update)
+        return copied
+
+    def _change(self, update: Mapping[str, Any]) -> None:
+        """Validate and set fields (aliases renamed, unknown names refused with what to use
+        instead), then derive the relay from them; on failure nothing changes."""
+        renamed = self._renamed(update)
+        self._refuse_unknown(renamed)
+        saved = (dict(self.__dict__), set(self.model_fields_set))
+        try:
+            for name, value in renamed.items():
+                self.__pydantic_validator__.validate_assignment(self, name, value)
+            _ = self._client
+        except BaseException:
+            object.__setattr__(self, "__dict__", saved[0])
+            object.__setattr__(self, "__pydantic_fields_set__", saved[1])
+            raise
+
+    def relay_config(self) -> RelayConfig:
+        """The relay configuration these settings stand for now (rebuilt when a field
+        changed since it was last built)."""
+        return self._derived()[0]
+
+    def _derived(self) -> tuple[RelayConfig, str]:
+        """The configuration and the key of its client, rebuilt when a field changed."""
+        state = _fingerprint(self, RelaySettings.model_fields)
+        if self._configured_as is None or self._configured_as[0] != state:
+            config = self._build_config(self._environment)
+            self._configured_as = (state, config, client_key(config, self.renderer))
+        return self._configured_as[1:]
+
+    @property
+    def _client(self) -> RelayClient:
+        """The client of the current configuration, shared with every model whose client
+        would be the same (:mod:`._shared_clients`)."""
+        config, key = self._derived()
+        lease = self._lease
+        if lease is not None and lease.held_by(self):
+            if lease.key == key:
+                return lease.client
+            left = lease.release()  # moved to other endpoints: the old ones may close
+            if left is not None:
+                left.close_later()
+        self._lease = lease_client(self, key, config, self.renderer)
+        return self._lease.client
 
     @classmethod
     def _from_user(cls, data: Mapping[str, Any], environment: RelayEnvironment) -> dict[str, Any]:
@@ -251,21 +318,23 @@ class RelaySettings(BaseModel):
             return value.model_dump(exclude_unset=True)
         return value
 
-    def _connect(self, environment: RelayEnvironment) -> None:
-        """Build the configuration and load the cue set (a bad artifact or a bad field fails
-        here, with its reason); make the client."""
-        self._config = self._build_config(environment)
-        self._client = RelayClient(self._config, self.load_cues(), renderer=self.renderer)
-        weakref.finalize(self, self._client.close_later)  # dropped unclosed: close anyway
-
     def close(self) -> None:
-        """Close the model's connections to both servers (``with model: ...`` does it too).
+        """Close the model's connections to both servers (``with model: ...`` does it too);
+        connections shared with other open models of the same endpoints stay open for them.
         Using the model again opens new ones."""
-        self._client.close()
+        client = self._release()
+        if client is not None:
+            client.close()
 
     async def aclose(self) -> None:
         """Close the model's connections (``async with model: ...`` does it too)."""
-        await self._client.aclose()
+        client = self._release()
+        if client is not None:
+            await client.aclose()
+
+    def _release(self) -> RelayClient | None:
+        lease, self._lease = self._lease, None
+        return lease.release() if lease is not None and lease.held_by(self) else None
 
     def __enter__(self) -> Self:
         return self
@@ -293,14 +362,10 @@ class RelaySettings(BaseModel):
         """The cue set; a missing or malformed artifact fails here with the reason."""
         return CueSet.load(self.cues)
 
-    def relay_config(self) -> RelayConfig:
-        """The relay configuration these settings stand for."""
-        return self._config
-
     def sampling(self, **overrides: Any) -> SamplingConfig:
         """The shared sampling, with per-call overrides (``temperature=0``, ...); a value out
         of vLLM's range fails here, naming the field."""
-        base = self._config.sampling
+        base = self.relay_config().sampling
         given = {k: v for k, v in overrides.items() if v is not None}
         if not given:
             return base
@@ -381,3 +446,26 @@ def _merged(base: Any, value: Any) -> Any:
     if isinstance(base, Mapping) and isinstance(value, BaseModel):
         return {**base, **value.model_dump(exclude_unset=True)}
     return value
+
+
+def _fingerprint(settings: BaseModel, names: Iterable[str]) -> Hashable:
+    """The current values of `names` (and which were given), comparable and hashable:
+    secrets by value, objects by identity. Cheap enough to take before every request, so
+    that a change made in any way (assignment, ``model_copy``, a dict field edited in place)
+    reaches the next one."""
+    given = settings.model_fields_set
+    return tuple((name in given, _comparable(getattr(settings, name))) for name in names)
+
+
+def _comparable(value: Any) -> Hashable:
+    if isinstance(value, SecretStr):
+        return ("secret", value.get_secret_value())
+    if isinstance(value, BaseModel):
+        return (type(value), _comparable(dict(value)))
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _comparable(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_comparable(v) for v in value)
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return ("object", id(value))

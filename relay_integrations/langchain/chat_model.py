@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, Literal, TypeVar
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.exceptions import ContextOverflowError
+from langchain_core.exceptions import ContextOverflowError, OutputParserException
 from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
 from langchain_core.language_models.model_profile import ModelProfile
 from langchain_core.messages import AIMessage, BaseMessage
@@ -22,8 +24,9 @@ from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.v1 import BaseModel as BaseModelV1
+from pydantic.v1 import ValidationError as ValidationErrorV1
 
 from ..chat.exchange import (
     ChatRequest,
@@ -206,10 +209,13 @@ class RelayChatModel(RelaySettings, BaseChatModel):
     ) -> AsyncIterator[ChatGenerationChunk]:
         stream_usage = kwargs.pop("stream_usage", None)
         with_usage = self.stream_usage if stream_usage is None else bool(stream_usage)
+        answer_format = kwargs.get("response_format")
         request = self._request(messages, stop, kwargs)
         async for event in _as_langchain_errors(self._client.stream(request)):
             if isinstance(event, ChatResponse):
                 chunk = convert.final_chunk(event, self.model_name, with_usage=with_usage)
+                if answer_format is not None:
+                    chunk.additional_kwargs["parsed"] = _parsed(event, answer_format)
             else:
                 chunk = convert.delta_chunk(event)
             generation = ChatGenerationChunk(message=chunk)
@@ -224,11 +230,14 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        answer_format = kwargs.get("response_format")
         try:
             response = await self._client.respond(self._request(messages, stop, kwargs))
         except RelayOverflow as overflow:
             raise RelayContextOverflowError(overflow) from overflow
         message = convert.message(response, self.model_name)
+        if answer_format is not None:
+            message.additional_kwargs["parsed"] = _parsed(response, answer_format)
         info = {"finish_reason": response.finish_reason}
         return ChatResult(generations=[ChatGeneration(message=message, generation_info=info)])
 
@@ -277,7 +286,7 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         """
         if kwargs.get("response_format") and strict is None:
             strict = True
-        formatted = [convert_to_openai_tool(tool, strict=strict) for tool in tools]
+        formatted = [_openai_tool(tool, strict) for tool in tools]
         bound: dict[str, Any] = {"tools": formatted, **kwargs}
         if tool_choice is not None:
             bound["tool_choice"] = normalize_tool_choice(tool_choice)
@@ -407,6 +416,36 @@ class RelayChatModel(RelaySettings, BaseChatModel):
         )
 
 
+def _openai_tool(tool: Any, strict: bool | None) -> dict[str, Any]:
+    """The tool in OpenAI's format. LangChain inlines a model's definitions, which cannot
+    hold a model that contains itself (it cuts the cycle to ``{}``, which admits anything):
+    a recursive pydantic model keeps its ``$defs`` and ``$ref`` instead, which the relay's
+    grammar resolves."""
+    formatted = convert_to_openai_tool(tool, strict=strict)
+    if isinstance(tool, type) and issubclass(tool, BaseModel):
+        schema = tool.model_json_schema()
+        if _recursive(schema.get("$defs") or {}):
+            parameters = {k: v for k, v in schema.items() if k not in ("title", "description")}
+            formatted["function"]["parameters"] = parameters
+    return formatted
+
+
+def _recursive(definitions: dict[str, Any]) -> bool:
+    """Whether a definition refers to itself, directly or through others."""
+    refers = {
+        name: set(re.findall(r'"#/\$defs/([^"/]+)"', json.dumps(d)))
+        for name, d in definitions.items()
+    }
+
+    def reaches(start: str, target: str, seen: set[str]) -> bool:
+        for name in refers.get(start, ()):
+            if name == target or (name not in seen and reaches(name, target, seen | {name})):
+                return True
+        return False
+
+    return any(reaches(name, name, {name}) for name in definitions)
+
+
 def _json_schema(schema: dict[str, Any] | type) -> dict[str, Any]:
     """The full JSON schema (with ``$defs``) of a pydantic model (v2 or v1), a TypedDict or a
     JSON schema, as the answer's structured-outputs constraint."""
@@ -417,13 +456,54 @@ def _json_schema(schema: dict[str, Any] | type) -> dict[str, Any]:
     return dict(convert_to_json_schema(schema))
 
 
-def _response_format(value: dict[str, Any] | ResponseFormat | None) -> ResponseFormat | None:
-    """An OpenAI-style ``response_format`` (or the relay's) as the relay's."""
+def _response_format(value: Any) -> ResponseFormat | None:
+    """A ``response_format`` as ``ChatOpenAI`` takes it, as the relay's: a pydantic class, a
+    TypedDict, a JSON schema, ``{"name": ..., "schema": ...}``, or OpenAI's
+    ``{"type": "json_schema", "json_schema": {"schema": ...}}`` and ``{"type": "json_object"}``
+    (``{"type": "text"}``: none)."""
     if value is None or isinstance(value, JsonSchemaFormat | JsonObjectFormat):
         return value
+    if isinstance(value, type):
+        return JsonSchemaFormat(_json_schema(value))
+    if not isinstance(value, dict):
+        raise TypeError(
+            f"response_format {value!r}: give a pydantic class, a TypedDict, a JSON schema "
+            'or {"type": "json_object"}'
+        )
     kind = value.get("type")
     if kind == "json_object":
         return JsonObjectFormat()
-    if kind == "json_schema":
+    if kind == "text":
+        return None
+    if kind == "json_schema" and isinstance(value.get("json_schema"), dict):
         return JsonSchemaFormat(value["json_schema"]["schema"])
-    raise ValueError(f"response_format type {kind!r}: use 'json_schema' or 'json_object'")
+    if "schema" in value and "name" in value:
+        return JsonSchemaFormat(value["schema"])
+    return JsonSchemaFormat(_json_schema(value))
+
+
+def _parsed(response: ChatResponse, response_format: Any) -> Any:
+    """What ``ChatOpenAI`` puts in ``additional_kwargs["parsed"]``: the answer as an instance
+    of a pydantic class given as ``response_format``; None for a schema given as a dict or a
+    TypedDict, and for an answer that is tool calls. An answer that is not an instance
+    raises, with the answer's text in the error."""
+    if not (isinstance(response_format, type) and is_basemodel_subclass(response_format)):
+        return None
+    if response.tool_calls:
+        return None
+    if response.finish_reason == "length":
+        raise OutputParserException(
+            f"the answer was cut off by the token limit before its JSON ended, so it is no "
+            f"{response_format.__name__}: raise max_tokens",
+            llm_output=response.content,
+        )
+    try:
+        if issubclass(response_format, BaseModelV1):
+            return response_format.parse_raw(response.content)
+        assert issubclass(response_format, BaseModel)
+        return response_format.model_validate_json(response.content)
+    except (ValidationError, ValidationErrorV1) as invalid:
+        raise OutputParserException(
+            f"the answer is not a valid {response_format.__name__}: {invalid}",
+            llm_output=response.content,
+        ) from invalid

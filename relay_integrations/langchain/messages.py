@@ -45,12 +45,24 @@ def to_openai(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
     return converted
 
 
+MODELS_KEY = "relay_models"
+"""``response_metadata`` key of a streamed chunk: the model that wrote its text, as a list of
+one (``["large"]`` or ``["small"]``), because LangChain merges chunks by adding their
+metadata: a string would be concatenated ("largesmall"), a list is joined, so a merged
+message lists the writer of each chunk in order."""
+
+
 def delta_chunk(event: ReasoningDelta | ContentDelta | ToolCallDelta) -> AIMessageChunk:
-    """The message chunk of one streamed event."""
+    """The message chunk of one streamed event, naming the model that wrote it."""
+    written_by = {MODELS_KEY: [event.model]}
     if isinstance(event, ReasoningDelta):
-        return AIMessageChunk(content="", additional_kwargs={REASONING_KEY: event.text})
+        return AIMessageChunk(
+            content="",
+            additional_kwargs={REASONING_KEY: event.text},
+            response_metadata=written_by,
+        )
     if isinstance(event, ContentDelta):
-        return AIMessageChunk(content=event.text)
+        return AIMessageChunk(content=event.text, response_metadata=written_by)
     call = event.call
     arguments = (
         json.dumps(call.arguments, ensure_ascii=False) if isinstance(call, ToolCall) else call.text
@@ -60,6 +72,7 @@ def delta_chunk(event: ReasoningDelta | ContentDelta | ToolCallDelta) -> AIMessa
     return AIMessageChunk(
         content="",
         tool_call_chunks=[tool_call_chunk(name=call.name, args=arguments, id=call.id, index=None)],
+        response_metadata=written_by,
     )
 
 
@@ -67,11 +80,14 @@ def final_chunk(
     response: ChatResponse, model_name: str, *, with_usage: bool = True
 ) -> AIMessageChunk:
     """The last chunk of a stream: usage over both models (unless ``stream_usage=False``)
-    and the response metadata."""
+    and the response metadata, naming the model that wrote the last segment."""
+    metadata = response_metadata(response, model_name)
+    if response.last_model is not None:
+        metadata[MODELS_KEY] = [response.last_model]
     return AIMessageChunk(
         content="",
         usage_metadata=usage_metadata(response.result) if with_usage else None,
-        response_metadata=response_metadata(response, model_name),
+        response_metadata=metadata,
         chunk_position="last",
     )
 

@@ -32,7 +32,7 @@ from llama_index.core.program.function_program import get_function_tool
 from llama_index.core.program.utils import FlexibleModel, get_program_for_llm
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.types import BasePydanticProgram, Model, PydanticProgramMode
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import ConfigDict, Field
 
 from ..chat.constraints import with_strict
 from ..chat.exchange import (
@@ -53,6 +53,8 @@ if TYPE_CHECKING:
     from llama_index.core.tools.types import BaseTool
 
 logger = logging.getLogger(__name__)
+MODEL_KEY = "relay_model"
+"""``additional_kwargs`` key of a streamed response: the model that wrote its delta."""
 
 
 class RelayLLM(RelaySettings, FunctionCallingLLM):
@@ -106,7 +108,6 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
         description="Hold every tool call's arguments to its tool's schema, as OpenAILike's "
         "strict (per call: chat_with_tools(..., strict=...))",
     )
-    _served_window: int | None = PrivateAttr(default=None)
 
     @classmethod
     def class_name(cls) -> str:
@@ -127,22 +128,24 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
         )
 
     def _window(self) -> int:
-        """The configured window, else the large model's ``max_model_len`` (asked once)."""
+        """The configured window, else the large model's ``max_model_len`` (asked once per
+        large endpoint)."""
         if self.context_window is not None:
             return self.context_window
-        if self._served_window is None:
+        client = self._client
+        if client.served_window is None:
             try:
-                self._served_window = self._client.run(self._client.context_window())
+                client.run(client.context_window())
             except RelayError as exc:
                 logger.warning("context window unknown (%s); assuming %d", exc, DEFAULT_WINDOW)
                 return DEFAULT_WINDOW
-        return self._served_window or DEFAULT_WINDOW
+        return client.served_window or DEFAULT_WINDOW
 
     async def _learn_window(self) -> None:
         """Ask the server for its window on the async path, so that ``metadata`` read later
         from inside an event loop does not have to block it."""
-        if self.context_window is None and self._served_window is None:
-            self._served_window = await self._client.context_window()
+        if self.context_window is None and self._client.served_window is None:
+            await self._client.context_window()
 
     # -- chat -----------------------------------------------------------------------------
     # The public methods carry LlamaIndex's callback events; the completion methods reuse the
@@ -188,16 +191,20 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
     async def _stream(self, request: ChatRequest) -> AsyncGenerator[ChatResponse, None]:
         """Deltas as LlamaIndex streams them: ``delta`` is answer text, thinking goes in
         ``additional_kwargs["thinking_delta"]``, ``message`` holds everything so far (a forced
-        call as far as it is written, so that structured output grows); the last response
-        carries usage (``raw["usage"]``) and relay stats."""
+        call as far as it is written, so that structured output grows); each names the model
+        that wrote it in ``additional_kwargs["relay_model"]``; the last response carries
+        usage (``raw["usage"]``) and relay stats."""
         reasoning, content = "", ""
         calls: dict[int, ToolCall | PartialToolCall] = {}
         partial = PartialCalls()
         async for event in self._client.stream(request, partial_calls=True):
             if isinstance(event, RelayResponse):
-                yield convert.chat_response(event, self.model_name, delta="")
+                last = convert.chat_response(event, self.model_name, delta="")
+                if event.last_model is not None:
+                    last.additional_kwargs[MODEL_KEY] = event.last_model
+                yield last
                 return
-            extra: dict[str, Any] = {}
+            extra: dict[str, Any] = {MODEL_KEY: event.model}
             delta = ""
             if isinstance(event, ReasoningDelta):
                 reasoning += event.text
@@ -306,7 +313,7 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
             user_msg = ChatMessage(role=MessageRole.USER, content=user_msg)
         if user_msg is not None:
             messages.append(user_msg)
-        specs = [t.metadata.to_openai_tool(skip_length_check=True) for t in tools]
+        specs = [_openai_tool(t) for t in tools]
         return {
             "messages": messages,
             "tools": with_strict(specs, self.strict if strict is None else strict) or None,
@@ -346,3 +353,15 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
             tool_choice=tool_choice if tools else None,
             parallel_tool_calls=call.pop("parallel_tool_calls", True),
         )
+
+
+def _openai_tool(tool: BaseTool) -> dict[str, Any]:
+    """The tool in OpenAI's format. A recursive model's parameters keep the root ``$ref``
+    that LlamaIndex's ``ToolMetadata.get_parameters_dict`` leaves out: without it they would
+    admit any object."""
+    spec = tool.metadata.to_openai_tool(skip_length_check=True)
+    fn_schema = tool.metadata.fn_schema
+    root = fn_schema.model_json_schema().get("$ref") if fn_schema is not None else None
+    if root is not None:
+        spec["function"]["parameters"] = {**spec["function"]["parameters"], "$ref": root}
+    return spec

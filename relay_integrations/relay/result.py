@@ -123,7 +123,8 @@ class RelayResult(BaseModel):
 
     def summary(self) -> dict[str, Any]:
         """What adapters put beside a response: id, large-model share, switches, resumed
-        streams, time, usage."""
+        streams, time, usage, and who wrote each segment (its model, phase, how it ended,
+        its cue and tokens; the text is in the response)."""
         return {
             "generation_id": self.generation_id,
             "large_share": self.stats.large_share,
@@ -132,6 +133,16 @@ class RelayResult(BaseModel):
             "seconds": self.stats.total_seconds,
             "time_to_first_token": self.stats.time_to_first_token,
             "usage": {role: usage.model_dump() for role, usage in self.usage.items()},
+            "segments": [
+                {
+                    "model": s.model,
+                    "phase": s.phase,
+                    "ended_by": s.ended_by,
+                    "cue": s.cue,
+                    "tokens": s.usage.completion_tokens,
+                }
+                for s in self.segments
+            ],
         }
 
     @property

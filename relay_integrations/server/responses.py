@@ -2,8 +2,9 @@
 
 Reasoning goes in ``reasoning`` and, for clients written before vLLM renamed it,
 ``reasoning_content``; the answer in ``content``; tool calls in ``tool_calls``. The relay's
-own figures (large-model share, switches, per-model usage) ride along in an extra ``relay``
-field, which OpenAI clients keep in ``model_extra``::
+own figures (large-model share, switches, per-model usage, who wrote each segment) ride along
+in an extra ``relay`` field, which OpenAI clients keep in ``model_extra``; in a stream, every
+chunk's ``relay.model`` names the model that wrote its delta::
 
     shaper = ResponseShaper(id="chatcmpl-...", model="Qwen/Qwen3-32B")
     shaper.chunk(ReasoningDelta("Let me see", "large"))  # {"object": "chat.completion.chunk", ...}
@@ -70,17 +71,21 @@ class ResponseShaper:
         return self._chunk({"role": "assistant", "content": ""})
 
     def chunk(self, event: ReasoningDelta | ContentDelta | ToolCallDelta) -> dict[str, Any]:
-        """One streamed delta."""
+        """One streamed delta, naming the model that wrote it (``relay.model``)."""
         if isinstance(event, ReasoningDelta):
-            return self._chunk({"reasoning": event.text, "reasoning_content": event.text})
-        if isinstance(event, ContentDelta):
-            return self._chunk({"content": event.text})
-        return self._chunk({"tool_calls": [{"index": event.index, **tool_call(event.call)}]})
+            chunk = self._chunk({"reasoning": event.text, "reasoning_content": event.text})
+        elif isinstance(event, ContentDelta):
+            chunk = self._chunk({"content": event.text})
+        else:
+            chunk = self._chunk({"tool_calls": [{"index": event.index, **tool_call(event.call)}]})
+        chunk["relay"] = {"model": event.model}
+        return chunk
 
     def final_chunk(self, response: ChatResponse) -> dict[str, Any]:
-        """The chunk with the finish reason and the relay's figures."""
+        """The chunk with the finish reason and the relay's figures (``relay.model``: the
+        model that wrote the last segment)."""
         chunk = self._chunk({}, finish_reason=response.finish_reason)
-        chunk["relay"] = _relay_fields(response)
+        chunk["relay"] = {"model": response.last_model, **_relay_fields(response)}
         return chunk
 
     def usage_chunk(self, response: ChatResponse) -> dict[str, Any]:

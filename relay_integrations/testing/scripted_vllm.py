@@ -292,6 +292,9 @@ class ScriptedVLLM:
                 f"{len(stops)}'}}"
             )
             return JSONResponse({"error": {"message": message, "type": "BadRequestError"}}, 400)
+        if problem := _unresolved_reference(body.get("structured_outputs")):
+            # vLLM answers 400 when xgrammar cannot compile the grammar
+            return JSONResponse({"error": {"message": problem, "type": "BadRequestError"}}, 400)
         fault = model.faults.pop(0) if model.faults else Fault()
         if fault.status is not None:
             return JSONResponse({"error": {"message": "injected"}}, fault.status, fault.headers)
@@ -450,6 +453,48 @@ class _Outcome:
             "completion_tokens": self.generated,
             "total_tokens": self.prompt_tokens + self.generated,
         }
+
+
+def _unresolved_reference(structured: Any) -> str | None:
+    """What xgrammar would say of a ``$ref`` in `structured` (vLLM ``structured_outputs``:
+    a ``json`` schema, or the ``json_schema`` elements of a structural tag) that points at
+    nothing from its schema's root; None if every one resolves."""
+    if not isinstance(structured, dict):
+        return None
+    schemas = [structured["json"]] if isinstance(structured.get("json"), dict) else []
+    if isinstance(structured.get("structural_tag"), str):
+        schemas += _json_schema_elements(json.loads(structured["structural_tag"]))
+    for schema in schemas:
+        for pointer in _references(schema):
+            target: Any = schema
+            for part in pointer.removeprefix("#").split("/")[1:]:
+                if not isinstance(target, dict) or part not in target:
+                    return f"Cannot find field {part} in {pointer}"
+                target = target[part]
+    return None
+
+
+def _json_schema_elements(tag: Any) -> list[dict[str, Any]]:
+    """The schemas of a structural tag's ``json_schema`` elements, each its own root."""
+    if isinstance(tag, list):
+        return [s for item in tag for s in _json_schema_elements(item)]
+    if not isinstance(tag, dict):
+        return []
+    own = [tag["json_schema"]] if tag.get("type") == "json_schema" else []
+    return own + [s for value in tag.values() for s in _json_schema_elements(value)]
+
+
+def _references(schema: Any) -> Iterator[str]:
+    """Every local ``$ref`` in `schema`."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#"):
+            yield ref
+        for value in schema.values():
+            yield from _references(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            yield from _references(item)
 
 
 def _completion(model: str, choices: list[dict[str, Any]]) -> dict[str, Any]:

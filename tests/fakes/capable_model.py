@@ -766,9 +766,14 @@ class Hints:
 class Filler:
     """Builds a JSON instance of a schema, taking values from the hints where they fit."""
 
+    MAX_DEPTH = 4
+    """Nesting past which an array gets only the items it must have (a recursive schema,
+    such as an outline's sections, ends as a model's answer does)."""
+
     def __init__(self, root: dict[str, Any], hints: Hints) -> None:
         self.root = root  # where ``$ref``s resolve
         self.hints = hints
+        self.depth = 0
 
     def value(self, schema: Any, name: str = "") -> Any:
         """An instance of `schema` for a field called `name`."""
@@ -832,7 +837,13 @@ class Filler:
         numeric = isinstance(items, dict) and items.get("type") in ("integer", "number")
         count = max(low, len(self.hints.numbers) if numeric else 1)
         count = min(count, high) if high is not None else count
-        return [self.value(items, name) for _ in range(count)]
+        if self.depth >= self.MAX_DEPTH:
+            count = low
+        self.depth += 1
+        try:
+            return [self.value(items, name) for _ in range(count)]
+        finally:
+            self.depth -= 1
 
     def _number(self, schema: dict[str, Any], integer: bool) -> int | float:
         """The next number of the hints within the bounds, else the default or a bounded 1."""
@@ -865,12 +876,15 @@ class Filler:
 
 
 def _resolve(schema: Any, root: dict[str, Any]) -> Any:
-    """`schema` with a local ``$ref`` (``#/$defs/X``, ``#/definitions/X``) followed."""
+    """`schema` with a local ``$ref`` (a JSON pointer from `root`: ``#/$defs/X``, ``#``)
+    followed; one that points at nothing raises, as a grammar compiler refuses it."""
     seen = 0
     while isinstance(schema, dict) and "$ref" in schema and seen < 32:
         target: Any = root
-        for part in schema["$ref"].lstrip("#/").split("/"):
-            target = target.get(part, {}) if isinstance(target, dict) else {}
+        for part in schema["$ref"].removeprefix("#").split("/")[1:]:
+            if not isinstance(target, dict) or part not in target:
+                raise ValueError(f"$ref {schema['$ref']!r} points at nothing in its schema")
+            target = target[part]
         schema = {**{k: v for k, v in schema.items() if k != "$ref"}, **target}
         seen += 1
     return schema

@@ -5,9 +5,7 @@ dropped leave the process's threads and file descriptors where they were."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
-import os
 import resource
 import threading
 import time
@@ -24,20 +22,9 @@ from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM
 from tests.fakes.capable_model import relay_fields
+from tests.fakes.descriptors import open_fds, open_sockets
 
 QUESTION = "What is 2 + 2?"
-
-
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def open_sockets() -> int:
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):  # closed since it was listed
-            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
-    return count
 
 
 @contextmanager
