@@ -20,6 +20,17 @@ Where a value comes from, first match wins: the keyword field; for one model, it
 reads); the default of the relay's configuration (``SamplingConfig``, ``EndpointConfig``,
 ``SwitchPolicy``), which the flat fields share. Unknown fields and call arguments are refused
 with what to use instead (:mod:`relay_integrations.chat.habits`).
+
+What the object shows is what its requests carry: the relay's configuration is derived from
+the fields when a request is made (rebuilt only when one changed), so a model changed after it
+was built, however it was changed, sends its new values::
+
+    cool = llm.model_copy(update={"temperature": 0.2})  # validated as the constructor does
+    llm.max_tokens = 2048                                # so is an assignment
+    llm.temperature = 5                                  # refused; llm keeps its value
+
+Models whose client would be the same (endpoints, cues, policy) share it, and so its
+connections (:mod:`._shared_clients`).
 """
 
 from __future__ import annotations

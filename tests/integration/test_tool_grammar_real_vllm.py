@@ -1,5 +1,7 @@
-"""The answer grammars for tools (chat/constraints.py) on the real vLLM servers: the server
-compiles them, and what it writes under them comes back parsed.
+"""The answer grammars for tools and structured output (chat/constraints.py) on the real vLLM
+servers: the server compiles them, and what it writes under them comes back parsed (also for
+schemas with definitions: nested and recursive models, enums, optional fields, through
+LangChain, LlamaIndex and ``relaygen serve``).
 
 The reasoning is forced (``relay_integrations.testing.forcing``); the answer is left to the
 tiny random model under the relay's grammar, with one ``logit_bias`` choosing the branch: the
@@ -12,19 +14,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
+from enum import StrEnum
 from typing import Any, Literal
 
 import httpx
+import openai
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.structured_output import ProviderStrategy
 from langchain_core.messages import AIMessage, ToolMessage
-from pydantic import BaseModel
+from llama_index.core.prompts import PromptTemplate
+from pydantic import BaseModel, Field
 
 from relay_integrations.langchain import RelayChatModel
+from relay_integrations.llama_index import RelayLLM
 from relay_integrations.relay.config import Phase
+from relay_integrations.server import RelayServer
 from relay_integrations.testing import forcing
 from relay_integrations.upstream.config import ModelRole
+from tests.fakes.relay_http import relay_http
 
 from .conftest import PATIENT, Server, qwen_relay_fields
 
@@ -162,3 +170,96 @@ def test_an_agent_with_the_provider_strategy_calls_the_tool_then_answers_in_the_
     final = messages[-1]
     assert isinstance(final, AIMessage) and not final.tool_calls
     assert Verdict(**json.loads(final.text)) == state["structured_response"]
+
+
+# --- schemas with definitions: nested, recursive, enums, optional fields ----------------------
+# The models bound their strings, lists and depth, so that what the random model writes under
+# the grammar always ends within the token budget; the grammar alone decides its shape.
+
+
+class Genre(StrEnum):
+    JAZZ = "jazz"
+    ROCK = "rock"
+
+
+class Song(BaseModel):
+    title: str = Field(max_length=6)
+    seconds: int = Field(ge=0, le=999)
+    genre: Genre
+
+
+class Album(BaseModel):
+    """An album and its songs."""
+
+    name: str = Field(max_length=6)
+    songs: list[Song] = Field(min_length=1, max_length=2)
+    producer: str | None = Field(default=None, max_length=6)
+
+
+class Outline(BaseModel):
+    """A section with its subsections (a recursive model)."""
+
+    title: str = Field(max_length=4)
+    sections: list[Outline] = Field(max_length=1)
+
+
+class Document(BaseModel):
+    """A recursive outline below the root (LlamaIndex's tool calling needs root properties)."""
+
+    title: str = Field(max_length=4)
+    outline: Outline
+
+
+NESTED: list[type[BaseModel]] = [Album, Outline]
+FORCED_REASONING = forcing(THOUGHT, answer=False)
+
+
+def answer_model(large: Server, small: Server) -> dict[str, object]:
+    """The relay's fields, the reasoning forced, the answer the small model's under the
+    grammar (greedy, with room for the whole object)."""
+    return qwen_relay_fields(
+        large, small, request_hook=FORCED_REASONING, temperature=0, max_tokens=1200
+    )
+
+
+def validated(schema: type[BaseModel], value: Any) -> BaseModel:
+    return value if isinstance(value, schema) else schema.model_validate(value)
+
+
+@pytest.mark.parametrize("schema", NESTED)
+@pytest.mark.parametrize("method", ["json_schema", "function_calling"])
+def test_langchain_structured_output_of_a_nested_model_validates(
+    qwen_large: Server, qwen_small: Server, schema: type[BaseModel], method: Any
+) -> None:
+    llm = RelayChatModel(**answer_model(qwen_large, qwen_small))
+    result = llm.with_structured_output(schema, method=method).invoke("Describe it.")
+    assert isinstance(validated(schema, result), schema)
+
+
+@pytest.mark.parametrize("schema", [Album, Document])
+def test_llama_index_structured_predict_of_a_nested_model_validates(
+    qwen_large: Server, qwen_small: Server, schema: type[BaseModel]
+) -> None:
+    llm = RelayLLM(**answer_model(qwen_large, qwen_small))
+    result = llm.structured_predict(schema, PromptTemplate("{question}"), question="Describe it.")
+    assert isinstance(result, schema)
+
+
+@pytest.mark.parametrize("schema", NESTED)
+def test_relaygen_serve_forced_pydantic_function_tool_validates(
+    qwen_large: Server, qwen_small: Server, schema: type[BaseModel]
+) -> None:
+    config = RelayChatModel(**answer_model(qwen_large, qwen_small)).relay_config()
+    with (
+        relay_http(RelayServer(config, request_hook=FORCED_REASONING)) as served,
+        openai.OpenAI(base_url=served.base_url, api_key="x", timeout=120) as client,
+    ):
+        completion = client.chat.completions.create(
+            model=qwen_large.large_model,
+            messages=[{"role": "user", "content": "Describe it."}],
+            tools=[openai.pydantic_function_tool(schema)],
+            tool_choice={"type": "function", "function": {"name": schema.__name__}},
+        )
+    [call] = completion.choices[0].message.tool_calls or []
+    assert call.type == "function" and call.function.name == schema.__name__
+    assert isinstance(validated(schema, json.loads(call.function.arguments)), schema)

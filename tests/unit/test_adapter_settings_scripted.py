@@ -5,8 +5,10 @@ Copies of a model use the connections already open to the same endpoints."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import gc
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -241,3 +243,32 @@ def test_a_deep_copy_of_a_used_model_works_and_prints_nothing(
     gc.collect()
     captured = capfd.readouterr()
     assert "Exception ignored" not in captured.err + captured.out
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_another_pair_s_cues_fail_each_call_with_the_reason_and_print_nothing(
+    server: ScriptedVLLM,
+    adapter: type[RelaySettings],
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cues = "builtin:r1-distill-qwen-32b--r1-distill-qwen-1.5b"
+    model = adapter(**relay_fields(server.base_url, cues=cues))
+
+    async def on_a_new_loop(model: RelaySettings) -> str:
+        if isinstance(model, RelayChatModel):
+            return str((await model.ainvoke(QUESTION)).text)
+        assert isinstance(model, RelayLLM)
+        reply = await model.achat([ChatMessage(role="user", content=QUESTION)])
+        return str(reply.message.content)
+
+    for _ in range(3):
+        with pytest.raises(CueArtifactError, match="calibrated for large model"):
+            use(model)
+        with pytest.raises(CueArtifactError, match="allow_model_mismatch=True"):
+            asyncio.run(on_a_new_loop(model))
+    del model
+    gc.collect()
+    captured = capfd.readouterr()
+    assert captured.err == "" and captured.out == ""
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

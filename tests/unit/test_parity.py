@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 from langchain.agents.structured_output import ProviderStrategy, ToolStrategy
@@ -218,6 +218,60 @@ def parsed(result: Any, server: ScriptedVLLM) -> None:
 
 def usage_on_last_chunk(chunks: list[Any], server: ScriptedVLLM) -> None:
     assert [c.usage_metadata is not None for c in chunks][-1] is True
+
+
+class Song(BaseModel):
+    title: str
+
+
+class Album(BaseModel):
+    """An album and its songs (a model nested in another, through ``$defs``)."""
+
+    name: str
+    songs: list[Song]
+
+
+def album(result: Any, server: ScriptedVLLM) -> None:
+    value = Album.model_validate(result) if isinstance(result, dict) else result
+    assert isinstance(value, Album) and value.songs and isinstance(value.songs[0], Song)
+
+
+def parsed_instance(message: AIMessage, server: ScriptedVLLM) -> None:
+    assert isinstance(message.additional_kwargs["parsed"], Answer), message.additional_kwargs
+
+
+def json_answer(message: AIMessage, server: ScriptedVLLM) -> None:
+    Answer.model_validate_json(message.text)
+    assert message.additional_kwargs["parsed"] is None  # as ChatOpenAI: a dict schema
+
+
+def chunk_models(key: str) -> Check:
+    """Every streamed chunk names the model that wrote it."""
+
+    def check(chunks: list[Any], server: ScriptedVLLM) -> None:
+        names = [
+            c.response_metadata[key][0] if key == "relay_models" else c.additional_kwargs[key]
+            for c in chunks
+        ]
+        assert chunks and set(names) == {"large", "small"}, names
+
+    return check
+
+
+def copied(update: dict[str, Any], act: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda model: act(model.model_copy(update=update))
+
+
+def assigned(name: str, value: Any, act: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def action(model: Any) -> Any:
+        setattr(model, name, value)
+        return act(model)
+
+    return action
+
+
+class AnswerDict(TypedDict):
+    value: int
 
 
 WEATHER = "What is the weather in Paris? Use a tool."
@@ -561,6 +615,48 @@ LANGCHAIN: list[Habit] = [
         every_body(temperature=0.1),
     ),
     Habit("get_num_tokens(text)", {}, lambda m: m.get_num_tokens(QUESTION), positive),
+    # a model changed after it was made
+    Habit(
+        "model_copy(update={'temperature': 0})",
+        {},
+        copied({"temperature": 0}, invoke()),
+        every_body(temperature=0),
+    ),
+    Habit(
+        "llm.temperature = 0", {}, assigned("temperature", 0, invoke()), every_body(temperature=0)
+    ),
+    Habit(
+        "model_copy(update={'temprature': 0}) (typo)",
+        {},
+        copied({"temprature": 0}, invoke()),
+        Refused(ValueError, "did you mean 'temperature'"),
+    ),
+    Habit(
+        "llm.temperature = 5",
+        {},
+        assigned("temperature", 5, invoke()),
+        Refused(ValueError, "less than or equal to 2"),
+    ),
+    # structured answers
+    Habit(
+        "invoke(response_format=PydanticClass)",
+        {},
+        invoke(response_format=Answer),
+        parsed_instance,
+    ),
+    Habit("invoke(response_format=TypedDict)", {}, invoke(response_format=AnswerDict), json_answer),
+    Habit(
+        "with_structured_output(nested model)",
+        {},
+        lambda m: m.with_structured_output(Album).invoke("Describe the album 'Blue Train'."),
+        album,
+    ),
+    Habit(
+        "stream(): who wrote each chunk",
+        {},
+        lambda m: list(m.stream(QUESTION)),
+        chunk_models("relay_models"),
+    ),
     # input the two text models cannot take, refused before any request
     Habit(
         "an image block in a HumanMessage",
@@ -695,6 +791,25 @@ LLAMA_INDEX: list[Habit] = [
         {},
         lambda llm: llm.structured_predict(Answer, _prompt()),
         parsed,
+    ),
+    Habit(
+        "structured_predict(nested model, prompt)",
+        {},
+        lambda llm: llm.structured_predict(Album, _prompt()),
+        album,
+    ),
+    Habit(
+        "model_copy(update={'temperature': 0})",
+        {},
+        copied({"temperature": 0}, chat()),
+        every_body(temperature=0),
+    ),
+    Habit("llm.temperature = 0", {}, assigned("temperature", 0, chat()), every_body(temperature=0)),
+    Habit(
+        "stream_chat(): who wrote each delta",
+        {},
+        lambda llm: list(llm.stream_chat([ChatMessage(role="user", content=QUESTION)])),
+        chunk_models("relay_model"),
     ),
     Habit(
         "strict=True (tool calls)",
