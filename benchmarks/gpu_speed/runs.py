@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 
 from benchmarks.proc import cpu_seconds
@@ -38,7 +39,7 @@ from relay_integrations.relay import (
 )
 from relay_integrations.server.metrics import watch_loop_lag
 from relay_integrations.testing.qwen3_template import render_chat, tokenize
-from relay_integrations.upstream._wire import WireClient
+from relay_integrations.upstream import sse
 from relay_integrations.upstream.config import ModelRole
 from relay_integrations.upstream.endpoint import CompletionRequest, Endpoint
 
@@ -237,7 +238,11 @@ async def serve_run(setup: Setup, load: Load) -> Run:
         with (setup.logs / "serve.log").open("ab") as log:
             server = start_server(command, env, log)
             url = f"http://127.0.0.1:{port}"
-            chats = WireClient(url, {}, connect_timeout=10, read_timeout=600)
+            chats = aiohttp.ClientSession(
+                url,
+                connector=aiohttp.TCPConnector(limit=0),  # every generation at once
+                timeout=aiohttp.ClientTimeout(sock_read=600),
+            )
             try:
                 async with httpx.AsyncClient(timeout=60) as client:
                     await wait_healthy(client, url, server)
@@ -252,7 +257,7 @@ async def serve_run(setup: Setup, load: Load) -> Run:
                     cpu = cpu_seconds(server.pid) - cpu_before
                     lag = _lag_since(lag_before, await _loop_lag(client, url))
             finally:
-                await chats.aclose()
+                await chats.close()
                 stop_process(server)
     return Run("serve", load, walls, seconds, sum(tokens), cpu, lag, up["engines"])
 
@@ -269,10 +274,11 @@ def serve_command(urls: dict[str, str], port: int, concurrency: int) -> list[str
     ]
 
 
-async def _chat(client: WireClient, messages: list[dict[str, str]]) -> int:
+async def _chat(client: aiohttp.ClientSession, messages: list[dict[str, str]]) -> int:
     """One streamed chat completion to its end; the completion tokens of its usage. Read with
-    the relay's own HTTP client: httpx, as a load client, cost this process as much CPU a chunk
-    as the server spent writing it, and on two cores that slowed the server's generations."""
+    aiohttp, as the relay reads its upstreams: httpx, as a load client, cost this process as
+    much CPU a chunk as the server spent writing it, and on two cores that slowed the server's
+    generations."""
     body = {
         "model": "large",
         "messages": messages,
@@ -281,14 +287,12 @@ async def _chat(client: WireClient, messages: list[dict[str, str]]) -> int:
         "stream_options": {"include_usage": True},
     }
     tokens = 0
-    response = await client.request("POST", "/v1/chat/completions", body)
-    try:
-        async for data in response.events():
+    async with client.post("/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        async for data in sse.events(response.content.iter_any()):
             if data.startswith(b"{") and b'"usage": {' in data:
                 usage = json.loads(data).get("usage")
                 tokens = usage["completion_tokens"] if usage else tokens
-    finally:
-        await response.close()
     return tokens
 
 

@@ -85,10 +85,11 @@ def lease_client(
 
 def client_key(config: RelayConfig, renderer: PromptRenderer | None) -> str:
     """What makes two clients the same: the configuration without its sampling (every
-    request carries its own), secrets included, and the renderer object. A digest, so
-    that no key is kept in the clear."""
+    request carries its own), secrets included, and the renderer and session factories (as
+    objects). A digest, so that no key is kept in the clear."""
     identity = config.model_dump(exclude={"sampling"})
     identity["renderer"] = None if renderer is None else id(renderer)
+    identity["sessions"] = [id(config.large.session_factory), id(config.small.session_factory)]
     text = json.dumps(identity, sort_keys=True, default=_plain)
     return hashlib.sha256(text.encode()).hexdigest()
 

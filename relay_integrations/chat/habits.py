@@ -24,6 +24,7 @@ FIELD_ALIASES: Mapping[str, str] = {
     "model_kwargs": "extra_body",
     "additional_kwargs": "extra_body",
     "openai_api_key": "api_key",
+    "openai_proxy": "proxy",
 }
 """Other clients' names for fields the relay has, with the same meaning."""
 
@@ -42,8 +43,11 @@ _REASONING = (
 )
 _OPENAI_PLATFORM = "is an OpenAI platform option that vLLM servers do not have; remove it"
 _CLIENT = (
-    "the relay keeps its own connection pools (one per endpoint, reused by every call); set "
-    "max_concurrency=, timeout=, connect_timeout=, and proxies with the HTTPS_PROXY variable"
+    "the relay's requests run on aiohttp, one session per endpoint and event loop (reused by "
+    "every call), so an httpx client cannot carry them; pass "
+    "session_factory=lambda: aiohttp.ClientSession(...) for a session of one's own (a "
+    "connector, trace configs), or set verify=, cert=, proxy=, trust_env=, max_concurrency=, "
+    "timeout="
 )
 
 REFUSED_FIELDS: Mapping[str, str] = {
@@ -61,7 +65,6 @@ REFUSED_FIELDS: Mapping[str, str] = {
     "http_client": _CLIENT,
     "http_async_client": _CLIENT,
     "async_http_client": _CLIENT,
-    "openai_proxy": _CLIENT,
     "reuse_client": "the relay always reuses its clients; remove it",
     "tiktoken_model_name": (
         "token counts come from the servers' own tokenizers (POST /tokenize); remove it"

@@ -36,9 +36,10 @@ connections (:mod:`._shared_clients`).
 from __future__ import annotations
 
 import copy
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Self
 
+import aiohttp
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -85,6 +86,11 @@ _SHARED_ENDPOINT_FIELDS = {
     "max_concurrency": "max_concurrency",
     "default_headers": "extra_headers",
     "extra_body": "extra_body",
+    "verify": "verify",
+    "cert": "cert",
+    "proxy": "proxy",
+    "trust_env": "trust_env",
+    "session_factory": "session_factory",
 }
 """Flat fields that set both endpoints (a model's own ``large=``/``small=`` wins)."""
 
@@ -142,6 +148,16 @@ class RelaySettings(BaseModel):
     extra_body: dict[str, Any] = Field(
         default_factory=dict,
         description="vLLM request fields for both models (alias model_kwargs, additional_kwargs)",
+    )
+    verify: bool | str | None = _same_as(EndpointConfig, "verify", default=None)
+    """Both endpoints' TLS check: True, a CA bundle's path, or False (None: the endpoints')."""
+    cert: str | tuple[str, str] | None = _same_as(EndpointConfig, "cert")
+    proxy: str | None = _same_as(EndpointConfig, "proxy")
+    """Both endpoints' HTTP proxy (alias ``openai_proxy``)."""
+    trust_env: bool | None = _same_as(EndpointConfig, "trust_env", default=None)
+    """Proxies from the environment for both endpoints (None: the endpoints', true)."""
+    session_factory: Callable[[], aiohttp.ClientSession] | None = _same_as(
+        EndpointConfig, "session_factory"
     )
     timeout: float | None = _same_as(EndpointConfig, "read_timeout", default=None)
     """Both endpoints' ``read_timeout`` (alias ``request_timeout``; None: the endpoints')."""

@@ -54,6 +54,17 @@ def add_parser(commands: Any) -> None:
         "--keep-alive-timeout", type=int, help="seconds an idle client connection stays open"
     )
     parser.add_argument(
+        "--head-timeout", type=float, help="seconds to send a request head, else 408 (30)"
+    )
+    parser.add_argument(
+        "--body-timeout", type=float, help="seconds to send a request body, else 408 (60)"
+    )
+    parser.add_argument(
+        "--send-timeout",
+        type=float,
+        help="seconds a client may accept nothing before its stream is ended (60)",
+    )
+    parser.add_argument(
         "--health-timeout", type=float, help="seconds each upstream has to answer /health"
     )
     parser.add_argument(
@@ -91,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
         "max_stop_length",
         "shutdown_timeout",
         "keep_alive_timeout",
+        "head_timeout",
+        "body_timeout",
+        "send_timeout",
         "health_timeout",
         "workers",
         "log_format",

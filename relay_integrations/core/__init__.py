@@ -52,7 +52,7 @@ MOVED_MODULES: dict[str, tuple[str, ...]] = {
     "turns": ("relay._turns",),
     "upstream_errors": ("upstream._failures",),
     "warm_up": ("relay._warm_up",),
-    "wire": ("upstream._wire",),
+    "wire": ("upstream._http",),
 }
 """Each module of the old ``relay_integrations.core`` and where its contents went."""
 

@@ -21,9 +21,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ..upstream.config import EndpointConfig, Frozen, ModelRole, SamplingConfig
+from ..upstream.headers import check_header_name
 
 Phase = Literal["reasoning", "answer"]
 
@@ -107,6 +108,9 @@ class ReasoningMarkers(Frozen):
 class RelayConfig(Frozen):
     """Everything a :class:`~relay_integrations.relay.switcher.RelaySwitcher` needs."""
 
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+    """Errors name the field and the reason, never the value: an endpoint's key may be one."""
+
     large: EndpointConfig
     small: EndpointConfig
     cues: str | list[str] = Field(
@@ -125,6 +129,12 @@ class RelayConfig(Frozen):
         description="Header carrying the generation id on every upstream request, so that a "
         "prefix-cache-aware router keeps one generation on one replica",
     )
+
+    @field_validator("session_header")
+    @classmethod
+    def _header_name(cls, name: str) -> str:
+        check_header_name("session_header", name)
+        return name
 
     @model_validator(mode="after")
     def _warm_up_needs_two_servers(self) -> RelayConfig:

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..upstream.config import ModelRole, SamplingConfig
 from ..upstream.endpoint import Endpoint, UpstreamFailure
+from ..upstream.headers import check_header_value
 from ..upstream.rendering import (
     ChatInput,
     Message,
@@ -105,6 +106,8 @@ class RelaySwitcher(AsyncClosing):
         the generation. Raises :class:`EndpointError`, with the partial result, when an
         endpoint fails beyond what the policy absorbs.
         """
+        if generation_id is not None:
+            check_header_value("generation_id", generation_id)  # it goes into headers
         chat = ChatInput(list(messages), tools, dict(chat_template_kwargs or {}))
         started = time.perf_counter()
         large, small = await asyncio.gather(

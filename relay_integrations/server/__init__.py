@@ -11,7 +11,6 @@ Point any OpenAI client at it by changing the base URL::
 """
 
 try:
-    import httpx  # noqa: F401
     import prometheus_client  # noqa: F401
     import starlette  # noqa: F401
     import uvicorn  # noqa: F401

@@ -19,7 +19,6 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -30,10 +29,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..relay.config import RelayConfig, RequestHook
 from ..relay.cues import CueSet
 from ..relay.switcher import RelaySwitcher
-from ..upstream.config import EndpointConfig
+from ..upstream.config import EndpointConfig, ModelRole
 from ..upstream.endpoint import ModelInfo
 from ..upstream.errors import RelayError
 from .admission import Admission
+from .connection import Limit
 from .errors import ApiError
 from .generation import GenerationResponse
 from .logs import log, request_id
@@ -126,6 +126,17 @@ class RelayServer:
             await self._switcher.aclose()
             self._switcher = None
 
+    def connection_limited(self, limit: Limit) -> None:
+        """A client connection closed by a time limit (:mod:`.connection`): logged, counted."""
+        self.metrics.connections_limited.labels(limit).inc()
+        reason = {
+            "head": f"its request head did not arrive within {self.settings.head_timeout:g} s "
+            "(answered 408)",
+            "send": f"it accepted nothing for {self.settings.send_timeout:g} s (its generation, "
+            "if any, is cancelled)",
+        }[limit]
+        log.warning(f"client connection closed: {reason}")
+
     def authorize(self, authorization: str | None) -> None:
         """Check a Bearer key in constant time (each configured key is compared in full)."""
         if not self._keys:
@@ -191,12 +202,11 @@ class RelayServer:
         return JSONResponse({"object": "list", "data": data})
 
     async def health(self, request: Request) -> Response:
-        """200 when both upstream servers answer ``/v1/models``; 503 with the reason if not."""
+        """200 when both upstream servers answer ``/v1/models``; 503 with the reason if not.
+        The probes go on the relay's own connections to the servers."""
         if self.draining:
             return JSONResponse({"status": "draining"}, status_code=503)
-        large, small = await asyncio.gather(
-            self._probe(self.config.large), self._probe(self.config.small)
-        )
+        large, small = await asyncio.gather(self._probe("large"), self._probe("small"))
         ready = large == small == "ok"
         return JSONResponse(
             {"status": "ok" if ready else "unavailable", "large": large, "small": small},
@@ -217,24 +227,30 @@ class RelayServer:
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise too_large
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise too_large
-            chunks.append(chunk)
+        try:
+            async with asyncio.timeout(self.settings.body_timeout):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise too_large
+                    chunks.append(chunk)
+        except TimeoutError:
+            self.metrics.connections_limited.labels("head").inc()
+            raise ApiError(
+                408,
+                f"the request body did not arrive within {self.settings.body_timeout:g} s",
+                code="request_timeout",
+                headers={"connection": "close"},
+            ) from None
         return b"".join(chunks)
 
-    async def _probe(self, endpoint: EndpointConfig) -> str:
-        headers = {}
-        if endpoint.api_key is not None:
-            headers["Authorization"] = f"Bearer {endpoint.api_key.get_secret_value()}"
-        url = f"{endpoint.base_url.rstrip('/')}/models"
+    async def _probe(self, role: ModelRole) -> str:
+        timeout = self.settings.health_timeout
         try:
-            async with httpx.AsyncClient(timeout=self.settings.health_timeout) as client:
-                answer = await client.get(url, headers=headers)
-        except httpx.HTTPError as failed:
-            return f"unreachable: {type(failed).__name__}"
-        return "ok" if answer.status_code == 200 else f"answered {answer.status_code}"
+            async with asyncio.timeout(timeout):
+                return await self.switcher.endpoints[role].probe()
+        except TimeoutError:
+            return f"unreachable: no answer within {timeout:g} s"
 
 
 class RequestContext:

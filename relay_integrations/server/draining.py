@@ -12,6 +12,7 @@ from types import FrameType
 import uvicorn
 
 from .app import RelayServer
+from .connection import limited_protocol
 
 
 class DrainingServer(uvicorn.Server):
@@ -28,10 +29,14 @@ class DrainingServer(uvicorn.Server):
 
 def uvicorn_config(relay: RelayServer) -> uvicorn.Config:
     settings = relay.settings
+    protocol = limited_protocol(
+        settings.head_timeout, settings.send_timeout, relay.connection_limited
+    )
     return uvicorn.Config(
         relay.app(),
         host=settings.host,
         port=settings.port,
+        http=protocol,
         timeout_graceful_shutdown=settings.shutdown_timeout,
         timeout_keep_alive=settings.keep_alive_timeout,
         log_config=None,  # ours: configure_logging

@@ -75,6 +75,14 @@ class RelayMetrics:
         self.rejected = Counter(
             "relay_rejected", "Requests refused with 429 at the concurrency limit", registry=r
         )
+        self.connections_limited = Counter(
+            "relay_connections_limited",
+            "Client connections closed by a time limit: limit is head (the request head or "
+            "body did not arrive within --head-timeout / --body-timeout: 408) or send (the "
+            "client accepted nothing for --send-timeout; its generation was cancelled)",
+            ["limit"],
+            registry=r,
+        )
         self.inflight = Gauge(
             "relay_inflight_generations",
             "Generations being written now",

@@ -55,6 +55,25 @@ class ServerSettings(BaseModel):
         description="On SIGTERM: seconds in-flight streams may take to finish before they are "
         "cut (and their upstream requests cancelled)",
     )
+    head_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds a client has to send a whole request head (from connecting, or "
+        "from the first byte of its next request); then 408 and the connection is closed, as "
+        "nginx's client_header_timeout",
+    )
+    body_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds a client has to send a request's whole body; then 408",
+    )
+    send_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds a client may accept nothing while the server has data for it "
+        "(its socket buffers full); then the connection is dropped and its generation "
+        "cancelled, as nginx's send_timeout",
+    )
     keep_alive_timeout: int = Field(
         default=75,
         ge=1,

@@ -16,6 +16,7 @@ request already says, so the happy path pays nothing::
 from __future__ import annotations
 
 import socket
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -58,6 +59,12 @@ def explain_failure(
         )
     if isinstance(cause, openai.APIStatusError):
         return _status_detail(cause, role, config, tries)
+    if isinstance(cause, openai.APIResponseValidationError):
+        return (
+            f"{cause.message}. That is not the answer of vLLM's OpenAI API: check that "
+            f"base_url={config.base_url!r} reaches the {role} vLLM server itself (not a "
+            "gateway's login page, or a path a proxy serves something else at)."
+        )
     return f"{cause} (from {config.base_url})"  # an error event: vLLM's message is in it
 
 
@@ -112,6 +119,8 @@ def _status_detail(
 
 def _status_hint(cause: openai.APIStatusError, role: ModelRole, config: EndpointConfig) -> str:
     status, base_url = cause.status_code, config.base_url.rstrip("/")
+    if 300 <= status < 400:
+        return _redirect_hint(cause, config)
     # vLLM serves its OpenAI routes under /v1 only: a 404 on one of them from a base URL
     # without /v1 is that mistake (a wrong model name is a 404 from /v1/... itself).
     if status == 404 and not base_url.endswith("/v1") and _is_openai_route(cause):
@@ -124,6 +133,23 @@ def _status_hint(cause: openai.APIStatusError, role: ModelRole, config: Endpoint
     if status == 401:
         return f"Check api_key: it must be the --api-key the {role} vLLM server was started with."
     return ""
+
+
+def _redirect_hint(cause: openai.APIStatusError, config: EndpointConfig) -> str:
+    """Where a redirect points, as the base URL to use: the relay follows none (a request
+    body sent again elsewhere, a key sent to another host)."""
+    location = cause.response.headers.get("location")
+    if not location:
+        return "The relay follows no redirect: set base_url to the server's own address."
+    target = urllib.parse.urljoin(str(cause.request.url), location)
+    asked = str(cause.request.url)
+    base = config.base_url.rstrip("/")
+    tail = asked[len(base) :] if asked.startswith(base) else ""
+    suggested = target[: -len(tail)] if tail and target.endswith(tail) else target
+    return (
+        f"It redirects to {target}; the relay follows no redirect (the request and its key "
+        f"would go elsewhere): use base_url={suggested!r}."
+    )
 
 
 def _is_openai_route(cause: openai.APIStatusError) -> bool:

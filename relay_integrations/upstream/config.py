@@ -13,10 +13,14 @@ The relay's configuration (both endpoints, the policy, the cue set) builds on th
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+import aiohttp
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from .headers import check_header, check_header_value, check_proxy_url
 from .reserved_fields import check_extra_body
 
 ModelRole = Literal["large", "small"]
@@ -100,6 +104,9 @@ class SamplingConfig(Frozen):
 class EndpointConfig(Frozen):
     """One vLLM OpenAI-compatible server and the model it serves."""
 
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+    """Errors name the field and the reason, never the value: an API key may be one."""
+
     base_url: str = Field(description="OpenAI base URL of the server, e.g. http://host:8000/v1")
     model: str = Field(description="Served model name (vLLM --served-model-name)")
     api_key: SecretStr | None = Field(default=None, description="Bearer key, if the server has one")
@@ -124,6 +131,34 @@ class EndpointConfig(Frozen):
         "stop strings past it in the stream and closes the request there",
     )
     extra_headers: dict[str, str] = Field(default_factory=dict)
+    verify: bool | str = Field(
+        default=True,
+        description="Check the server's TLS certificate (https): True (the system's CAs, and "
+        "SSL_CERT_FILE / SSL_CERT_DIR), a CA bundle's path, or False (no check)",
+    )
+    cert: str | tuple[str, str] | None = Field(
+        default=None,
+        description="A client certificate for mutual TLS: a PEM file holding the certificate "
+        "and its key, or (certificate file, key file)",
+    )
+    proxy: str | None = Field(
+        default=None,
+        description="An HTTP proxy for this server (http://[user:pass@]host:port; https:// for "
+        "TLS to the proxy); None: the environment's HTTP_PROXY / HTTPS_PROXY / NO_PROXY when "
+        "trust_env",
+    )
+    trust_env: bool = Field(
+        default=True,
+        description="Take proxies from HTTP_PROXY / HTTPS_PROXY / ALL_PROXY, bypassed for the "
+        "hosts of NO_PROXY (and proxy credentials from ~/.netrc)",
+    )
+    session_factory: Callable[[], aiohttp.ClientSession] | None = Field(
+        default=None,
+        exclude=True,
+        description="Makes the aiohttp ClientSession of this server's requests, once per event "
+        "loop (a connector of one's own: a SOCKS proxy, a Unix socket, trace configs); the "
+        "session then owns TLS and proxies",
+    )
     extra_body: dict[str, Any] = Field(
         default_factory=dict, description="Extra vLLM request fields sent with every request"
     )
@@ -148,6 +183,65 @@ class EndpointConfig(Frozen):
         if not parts.hostname:
             raise ValueError(f"{url!r} names no host: write e.g. 'http://127.0.0.1:8000/v1'")
         return url
+
+    @field_validator("extra_headers")
+    @classmethod
+    def _sendable_headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        for name, value in headers.items():
+            check_header(f"extra_headers[{name!r}]", name, value)
+        return headers
+
+    @field_validator("api_key")
+    @classmethod
+    def _sendable_key(cls, key: SecretStr | None) -> SecretStr | None:
+        if key is not None:
+            check_header_value("api_key", key.get_secret_value(), secret=True)
+        return key
+
+    @field_validator("verify", mode="before")
+    @classmethod
+    def _verify(cls, verify: Any) -> Any:
+        """A boolean given as text (``RELAY_LARGE__VERIFY=false``) is one; a CA bundle must
+        exist."""
+        if isinstance(verify, str):
+            if verify.strip().lower() in ("true", "1", "yes", "false", "0", "no"):
+                return verify.strip().lower() in ("true", "1", "yes")
+            if not Path(verify).exists():
+                raise ValueError(f"verify: no CA bundle at {verify!r} (a file or a directory)")
+        return verify
+
+    @field_validator("cert")
+    @classmethod
+    def _certificate_files(cls, cert: str | tuple[str, str] | None) -> Any:
+        for path in [cert] if isinstance(cert, str) else cert or ():
+            if not Path(path).is_file():
+                raise ValueError(f"cert: no file at {path!r}")
+        return cert
+
+    @field_validator("proxy")
+    @classmethod
+    def _http_proxy(cls, proxy: str | None) -> str | None:
+        if proxy is not None:
+            check_proxy_url(proxy, "proxy")
+        return proxy
+
+    @model_validator(mode="after")
+    def _one_owner_of_the_connections(self) -> EndpointConfig:
+        """A session of one's own decides its TLS and proxies: settings for them here would
+        be ignored."""
+        if self.session_factory is not None:
+            given = [
+                name
+                for name in ("verify", "cert", "proxy", "trust_env")
+                if name in self.model_fields_set
+            ]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} and session_factory: the session the factory makes "
+                    "owns TLS and proxies; set them on it (its connector) and leave "
+                    f"{', '.join(given)} out"
+                )
+        return self
 
     @field_validator("extra_body")
     @classmethod

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import uvicorn
 
 from relay_integrations.server import RelayServer
-from relay_integrations.server.draining import DrainingServer
+from relay_integrations.server.draining import DrainingServer, uvicorn_config
 
 
 @dataclass
@@ -49,8 +49,7 @@ class ServedRelay:
 def relay_http(relay: RelayServer) -> Iterator[ServedRelay]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(relay.app(), log_config=None, access_log=False, lifespan="on")
-    server = DrainingServer(config, relay)
+    server = DrainingServer(uvicorn_config(relay), relay)  # sockets given: no host, port
     loop = asyncio.new_event_loop()
     thread = threading.Thread(
         target=lambda: loop.run_until_complete(server.serve(sockets=[sock])),

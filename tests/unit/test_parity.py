@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+import aiohttp
 import pytest
 from langchain.agents.structured_output import ProviderStrategy, ToolStrategy
 from langchain_core.callbacks import BaseCallbackHandler
@@ -129,6 +130,19 @@ def endpoint_setting(name: str) -> Callable[[Any], Any]:
         return getattr(config.large, name)
 
     return action
+
+
+SESSIONS: list[aiohttp.ClientSession] = []
+
+
+def own_session() -> aiohttp.ClientSession:
+    """A user's session factory: the relay calls it once per endpoint and event loop."""
+    SESSIONS.append(aiohttp.ClientSession())
+    return SESSIONS[-1]
+
+
+def sessions_made(result: Any, server: ScriptedVLLM) -> None:
+    assert SESSIONS, "the relay made no session with the factory"
 
 
 def system_prompt_rendered(result: Any, server: ScriptedVLLM) -> None:
@@ -330,6 +344,26 @@ LANGCHAIN: list[Habit] = [
         "request_timeout=30", {"request_timeout": 30}, endpoint_setting("read_timeout"), equals(30)
     ),
     Habit("max_retries=1", {"max_retries": 1}, endpoint_setting("max_retries"), equals(1)),
+    Habit("verify=False (TLS)", {"verify": False}, endpoint_setting("verify"), equals(False)),
+    Habit(
+        "openai_proxy=",
+        {"openai_proxy": "http://proxy:3128"},
+        endpoint_setting("proxy"),
+        equals("http://proxy:3128"),
+    ),
+    Habit("trust_env=False", {"trust_env": False}, endpoint_setting("trust_env"), equals(False)),
+    Habit(
+        "session_factory= (an aiohttp session of one's own)",
+        {"session_factory": own_session},
+        invoke(),
+        both(answers, sessions_made),
+    ),
+    Habit(
+        "openai_proxy='socks5://...'",
+        {"openai_proxy": "socks5://proxy:1080"},
+        invoke(),
+        Refused(ValueError, "SOCKS proxy"),
+    ),
     Habit("stop=[...]", {"stop": ["4"]}, invoke(), stopped_before("4")),
     Habit("stop_sequences='4'", {"stop_sequences": "4"}, invoke(), stopped_before("4")),
     Habit("api_key=", {"api_key": "sk-1"}, invoke(), every_header("authorization", "Bearer sk-1")),
@@ -415,7 +449,10 @@ LANGCHAIN: list[Habit] = [
         Refused(ValueError, "OpenAI platform option"),
     ),
     Habit(
-        "http_client=", {"http_client": object()}, invoke(), Refused(ValueError, "connection pools")
+        "http_client=",
+        {"http_client": object()},
+        invoke(),
+        Refused(ValueError, "session_factory=lambda: aiohttp.ClientSession"),
     ),
     Habit(
         "default_query=",
@@ -699,6 +736,13 @@ LLAMA_INDEX: list[Habit] = [
         equals(30),
     ),
     Habit("max_retries=1", {"max_retries": 1}, endpoint_setting("max_retries"), equals(1)),
+    Habit("verify=False (TLS)", {"verify": False}, endpoint_setting("verify"), equals(False)),
+    Habit(
+        "session_factory= (an aiohttp session of one's own)",
+        {"session_factory": own_session},
+        chat(),
+        both(answers, sessions_made),
+    ),
     Habit("api_key=", {"api_key": "sk-1"}, chat(), every_header("authorization", "Bearer sk-1")),
     Habit(
         "default_headers=",
@@ -751,13 +795,16 @@ LLAMA_INDEX: list[Habit] = [
         Refused(ValueError, "reuses its clients"),
     ),
     Habit(
-        "http_client=", {"http_client": object()}, chat(), Refused(ValueError, "connection pools")
+        "http_client=",
+        {"http_client": object()},
+        chat(),
+        Refused(ValueError, "session_factory=lambda: aiohttp.ClientSession"),
     ),
     Habit(
         "async_http_client=",
         {"async_http_client": object()},
         chat(),
-        Refused(ValueError, "connection pools"),
+        Refused(ValueError, "session_factory=lambda: aiohttp.ClientSession"),
     ),
     Habit("tokenizer=", {"tokenizer": object()}, chat(), Refused(ValueError, "own tokenizers")),
     Habit("logprobs=True", {"logprobs": True}, chat(), Refused(ValueError, "log-probabilities")),

@@ -56,7 +56,7 @@ def bodies(server: ScriptedVLLM, role: str) -> list[dict[str, Any]]:
         ({"logprobs": True}, r"do not form one distribution"),
         ({"n": 2}, r"use batch\(\)"),
         ({"reasoning_effort": "low"}, r"max_reasoning_tokens=N"),
-        ({"http_client": object()}, r"keeps its own connection pools"),
+        ({"http_client": object()}, r"run on aiohttp.*session_factory="),
         ({"organization": "org"}, r"OpenAI platform option"),
         ({"extra_body": {"temperature": 0}}, r"temperature: use the temperature= field"),
         ({"model_kwargs": {"stop": ["x"]}}, r"stop: use stop="),

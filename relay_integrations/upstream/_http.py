@@ -1,0 +1,376 @@
+"""HTTP to one vLLM server, on aiohttp: the requests of every generation, and nothing taken for
+vLLM's answer that is not one.
+
+aiohttp parses HTTP (its C parser), keeps connections alive, speaks TLS, follows proxies
+(``proxy=``, and ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY`` with ``trust_env``: only HTTP
+proxies, a ``socks5://`` one is refused, never taken for one), bounds
+what a response head may hold, decompresses bodies, refuses header values with line breaks
+and lets OpenTelemetry's aiohttp instrumentation see every request. This module adds what is
+the relay's: the answer a request expects, checked before it is read, and failures as the
+openai SDK's own errors, which the relay's retries and messages (and users' ``except
+openai.APIError``) expect::
+
+    client = HttpClient(EndpointConfig(base_url="http://127.0.0.1:8000/v1", model="m"))
+    response = await client.request("POST", "/v1/completions", body, expect="events")
+    async for data in response.events():   # each event's data (upstream.sse)
+        ...
+    await response.close()
+    await client.aclose()
+
+- An error status raises the SDK's ``APIStatusError`` subclass with the server's body; a
+  redirect (3xx) raises ``APIStatusError`` too, never followed: a base URL that redirects is
+  a base URL to change, and the error says to which.
+- A 2xx that is not what the request expects (a stream that is not ``text/event-stream``, a
+  body that is not JSON, a body that does not decode) raises ``APIResponseValidationError``
+  naming the URL, the status and the content type: a gateway's login page is never read as
+  an empty generation.
+- No connection: ``APIConnectionError`` caused by the ``OSError`` (refused, host not found);
+  no connection within ``connect_timeout``: ``APITimeoutError`` caused by
+  :class:`ConnectTimeout`; nothing read for ``read_timeout``: ``APITimeoutError`` caused by
+  :class:`ReadTimeout`.
+- A POST the server answered by closing a kept-alive connection it had let idle is sent again
+  at once on a new one: aiohttp repeats only idempotent methods, and a completion request
+  that got no answer can be repeated (vLLM keeps no state for it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import typing
+import urllib.parse
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Literal
+
+import aiohttp
+import openai
+
+from . import sse
+from .config import EndpointConfig
+from .headers import environment_proxy
+
+_REQUEST = typing.get_type_hints(openai.APIConnectionError.__init__)["request"]
+_RESPONSE = typing.get_type_hints(openai.APIStatusError.__init__)["response"]
+"""The request and response classes the installed openai SDK builds its errors on (httpx's
+for openai 1, httpx2's for later versions)."""
+
+_STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
+    400: openai.BadRequestError,
+    401: openai.AuthenticationError,
+    403: openai.PermissionDeniedError,
+    404: openai.NotFoundError,
+    409: openai.ConflictError,
+    422: openai.UnprocessableEntityError,
+    429: openai.RateLimitError,
+}
+KEEPALIVE_SECONDS = 4.0
+"""How long an idle connection is kept for the next request: under the 5 s after which vLLM's
+server (uvicorn) closes one, so that a request rarely meets a connection closed under it."""
+SHOWN_BODY = 200
+"""Characters of an unexpected body quoted in an error."""
+
+Expect = Literal["events", "json"]
+_CONTENT_TYPES: dict[Expect, tuple[str, str]] = {
+    "events": ("text/event-stream", "an event stream"),
+    "json": ("application/json", "JSON"),
+}
+
+
+class ConnectTimeout(Exception):
+    """No connection within the connect timeout (the cause of an ``APITimeoutError``)."""
+
+
+class ReadTimeout(Exception):
+    """Nothing arrived within the read timeout (the cause of an ``APITimeoutError``)."""
+
+
+class HttpClient:
+    """One endpoint's connections (one event loop's): an aiohttp session, made on the first
+    request, or the endpoint's own ``session_factory``'s."""
+
+    def __init__(self, config: EndpointConfig) -> None:
+        self.config = config
+        parts = urllib.parse.urlsplit(config.base_url)
+        self.origin = f"{parts.scheme}://{parts.netloc}"
+        self._headers = _default_headers(config)
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=config.connect_timeout, sock_read=config.read_timeout
+        )
+        self._session: aiohttp.ClientSession | None = None
+        # made once: aiohttp pools connections by it, and a context is costly to make; it
+        # also checks an https:// proxy
+        self._tls = _tls(config)
+        self._proxy = config.proxy
+        if self._proxy is None and config.trust_env and config.session_factory is None:
+            self._proxy = environment_proxy(config.base_url)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
+        *,
+        expect: Expect = "json",
+    ) -> HttpResponse:
+        """Send a request for `path` (``/v1/completions``); its response once its head has
+        arrived and shows the answer the request expects (``events`` or ``json``). Close the
+        response when done."""
+        url = self.origin + path
+        sent = _Sent(method, url)
+        try:
+            response = await self._send(method, url, body, headers)
+        except (TimeoutError, aiohttp.ClientError, OSError) as failed:
+            error, cause = _sdk_error(failed, sent.sdk(), self.config)
+            raise error from cause
+        checked = HttpResponse(response, sent, self.config.read_timeout)
+        try:
+            if response.status >= 300:
+                await checked.raise_status()
+            checked.check(expect)
+        except BaseException:
+            await checked.close()
+            raise
+        return checked
+
+    async def aclose(self) -> None:
+        """Close every connection (a response still open with it), and the session, which
+        the relay made (or had ``session_factory`` make) for itself."""
+        if self._session is not None:
+            await self._session.close()
+
+    async def _send(
+        self, method: str, url: str, body: Any, headers: Mapping[str, str] | None
+    ) -> aiohttp.ClientResponse:
+        session = self._session_now()
+        options: dict[str, Any] = {
+            "data": None if body is None else json.dumps(body, ensure_ascii=False).encode(),
+            "headers": {**self._headers, **headers} if headers else self._headers,
+            "allow_redirects": False,
+        }
+        if self.config.session_factory is not None:
+            options["timeout"] = self._timeout  # the relay's own sessions have it already
+        if self._proxy is not None:
+            options["proxy"] = self._proxy
+        try:
+            return await session.request(method, url, **options)
+        except aiohttp.ClientConnectorError:
+            raise  # no connection was made: nothing to repeat
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            # a kept-alive connection the server closed while it was idle (see the module),
+            # repeated once as aiohttp repeats an idempotent request
+            return await session.request(method, url, **options)
+
+    def _session_now(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            factory = self.config.session_factory
+            if factory is not None:
+                self._session = factory()
+            else:
+                self._session = _session(self._tls, self._timeout)
+        return self._session
+
+
+class HttpResponse:
+    """A response whose head has arrived: ``status``, ``headers``, then its body, read as
+    events (:meth:`events`) or whole (:meth:`json`). :meth:`close` keeps a fully read
+    connection for the next request and closes any other (so the server aborts the
+    request)."""
+
+    def __init__(self, response: aiohttp.ClientResponse, sent: _Sent, read_timeout: float) -> None:
+        self._response = response
+        self._read_timeout = read_timeout
+        self._sent = sent
+        self.status = response.status
+        self.headers = response.headers
+
+    @property
+    def request(self) -> Any:
+        """The request as the SDK's errors carry it (made only for them)."""
+        return self._sent.sdk()
+
+    def check(self, expect: Expect) -> None:
+        """Raise ``APIResponseValidationError`` unless the body is what `expect` names."""
+        wanted, name = _CONTENT_TYPES[expect]
+        if self._response.content_type != wanted:
+            raise self._invalid(
+                f"{self._sent.method} {self._sent.url} answered {self.status} with "
+                f"{self._response.content_type or 'no content type'}, not {name}"
+            )
+
+    async def events(self) -> AsyncIterator[bytes]:
+        """The data of each event of the stream, as they arrive; :class:`ReadTimeout` once
+        nothing has arrived for the read timeout."""
+        decoder, content = sse.EventDecoder(), self._response.content
+        connection = self._response.connection
+        if connection is not None and connection.protocol is not None:
+            connection.protocol.read_timeout = None  # the stream's is _QuietStream:
+            connection.protocol.start_timeout()  # this drops aiohttp's timer
+        quiet = _QuietStream(content, self._read_timeout)
+        try:
+            while chunk := await content.readany():
+                for data in decoder.feed(chunk):
+                    yield data
+        except TimeoutError as stalled:  # aiohttp's, should a session of one's own set one
+            raise ReadTimeout(f"nothing arrived for {self._read_timeout:g} s") from stalled
+        finally:
+            quiet.close()
+
+    async def json(self) -> Any:
+        """The whole body, decoded."""
+        try:
+            raw = await self._response.read()
+        except TimeoutError:
+            raise openai.APITimeoutError(request=self.request) from ReadTimeout(
+                f"nothing arrived for {self._read_timeout:g} s"
+            )
+        except aiohttp.ClientError as failed:
+            raise openai.APIConnectionError(message=str(failed), request=self.request) from failed
+        try:
+            return json.loads(raw)
+        except ValueError:  # also a body that is not UTF-8
+            raise self._invalid(
+                f"{self._sent.method} {self._sent.url} answered {self.status} with a "
+                f"body that is not JSON: {_shown(raw)}"
+            ) from None
+
+    async def close(self) -> None:
+        if self._response.content.at_eof():
+            self._response.release()
+        else:
+            self._response.close()
+
+    async def raise_status(self) -> typing.NoReturn:
+        """Raise the SDK's error for this status (an error, or a redirect), with the body."""
+        try:
+            content = await self._response.read()
+        except Exception:  # the body of an error is best effort
+            content = b""
+        response = _RESPONSE(
+            self.status,
+            headers=list(self.headers.items()),
+            content=content,
+            request=self.request,
+        )
+        try:
+            body: Any = json.loads(content)
+        except ValueError:
+            body = content.decode(errors="replace") or None
+        data = body.get("error", body) if isinstance(body, dict) else body
+        error = _STATUS_ERRORS.get(self.status)
+        if error is None:
+            error = openai.InternalServerError if self.status >= 500 else openai.APIStatusError
+        raise error(f"Error code: {self.status} - {body}", response=response, body=data)
+
+    def _invalid(self, message: str) -> openai.APIResponseValidationError:
+        response = _RESPONSE(self.status, headers=list(self.headers.items()), request=self.request)
+        return openai.APIResponseValidationError(response, None, message=message)
+
+
+class _QuietStream:
+    """Fails a stream's reads with :class:`ReadTimeout` once nothing has arrived for
+    `seconds` (within a quarter more). aiohttp's own read timeout makes and cancels a timer
+    for every chunk that arrives, which at thousands of streamed tokens a second is a tenth
+    of the relay's CPU (docs/benchmarks.md); this one looks every quarter of the timeout at
+    whether bytes arrived (the reader's byte count, whoever reads them and when)."""
+
+    def __init__(self, content: aiohttp.StreamReader, seconds: float) -> None:
+        self._content = content
+        self._seconds = seconds
+        self._loop = asyncio.get_running_loop()
+        self._seen, self._since = content.total_bytes, self._loop.time()
+        self._handle = self._loop.call_later(seconds / 4, self._look)
+
+    def _look(self) -> None:
+        now, seen = self._loop.time(), self._content.total_bytes
+        if seen != self._seen:
+            self._seen, self._since = seen, now
+        elif now - self._since >= self._seconds:
+            failure = ReadTimeout(f"nothing arrived for read_timeout={self._seconds:g} s")
+            self._content.set_exception(failure)
+            return
+        self._handle = self._loop.call_later(self._seconds / 4, self._look)
+
+    def close(self) -> None:
+        self._handle.cancel()
+
+
+class _Sent:
+    """What was asked, for the SDK's errors, whose request object is made only for them."""
+
+    def __init__(self, method: str, url: str) -> None:
+        self.method = method
+        self.url = url
+
+    def sdk(self) -> Any:
+        return _REQUEST(self.method, self.url)
+
+
+def _session(tls: ssl.SSLContext | bool, timeout: aiohttp.ClientTimeout) -> aiohttp.ClientSession:
+    """The endpoint's session: no cookies (a cookie-affinity router would pin every later
+    generation of the process to the replica that set one; the session header routes
+    instead), idle connections kept :data:`KEEPALIVE_SECONDS`, the endpoint's slots as the
+    only limit on connections, `tls` for the server and an ``https://`` proxy."""
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_SECONDS, ssl=tls)
+    # trust_env is applied in HttpClient (environment_proxy), which refuses what aiohttp would
+    # ignore (an https:// proxy: a direct connection) or misread (a socks5:// one)
+    return aiohttp.ClientSession(
+        connector=connector, cookie_jar=aiohttp.DummyCookieJar(), timeout=timeout
+    )
+
+
+def _default_headers(config: EndpointConfig) -> dict[str, str]:
+    headers = {"user-agent": "relay-integrations", "content-type": "application/json"}
+    if config.api_key is not None:
+        headers["authorization"] = f"Bearer {config.api_key.get_secret_value()}"
+    return {**headers, **config.extra_headers}
+
+
+def _tls(config: EndpointConfig) -> ssl.SSLContext | bool:
+    """The TLS of ``https://`` requests: the system's certificates (``SSL_CERT_FILE`` and
+    ``SSL_CERT_DIR`` too), or ``verify``'s CA bundle, or none checked (``verify=False``);
+    ``cert`` as the client certificate."""
+    if config.verify is False:
+        if config.cert is None:
+            return False
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif isinstance(config.verify, str):
+        context = ssl.create_default_context(cafile=config.verify)
+    else:
+        context = ssl.create_default_context()
+    if config.cert is not None:
+        certificate, key = (config.cert, None) if isinstance(config.cert, str) else config.cert
+        context.load_cert_chain(certificate, key)
+    return context
+
+
+def _sdk_error(
+    failed: BaseException, sent: Any, config: EndpointConfig
+) -> tuple[openai.APIError, BaseException]:
+    """A failure before the response head as the SDK's error, and the cause to raise it from
+    (what :mod:`._failures` reads to say why)."""
+    cause: BaseException = failed
+    if isinstance(failed, aiohttp.ConnectionTimeoutError):
+        cause = ConnectTimeout(f"no connection within connect_timeout={config.connect_timeout:g} s")
+    elif isinstance(failed, TimeoutError):
+        cause = ReadTimeout(f"nothing arrived for read_timeout={config.read_timeout:g} s")
+    if cause is not failed:
+        cause.__cause__ = failed
+        return openai.APITimeoutError(request=sent), cause
+    return openai.APIConnectionError(message=_said(failed), request=sent), failed
+
+
+def _said(failed: BaseException) -> str:
+    if isinstance(failed, aiohttp.ClientConnectorError):
+        return str(failed.os_error) or type(failed.os_error).__name__
+    if isinstance(failed, aiohttp.ClientResponseError):  # a head aiohttp could not parse
+        return f"the server's response broke HTTP: {failed.message[:SHOWN_BODY]}"
+    return str(failed) or type(failed).__name__
+
+
+def _shown(raw: bytes) -> str:
+    text = raw[:SHOWN_BODY].decode(errors="replace")
+    return repr(text) + ("..." if len(raw) > SHOWN_BODY else "")

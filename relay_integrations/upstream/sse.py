@@ -1,0 +1,62 @@
+"""Server-sent events, decoded as the HTML standard defines them (the event-stream format):
+lines end in CR, LF or CR LF; the ``data:`` lines of one event are joined by LF; an empty
+line dispatches the event; comments (``:``) and the other fields (``event``, ``id``,
+``retry``) carry nothing the relay reads. What the bytes arrive in does not matter: a line
+split anywhere, a CR LF split between two reads::
+
+    decoder = EventDecoder()
+    decoder.feed(b'data: {"a":\\r')    # []
+    decoder.feed(b'\\ndata: 1}\\r\\n\\r\\n')  # [b'{"a":\\n1}']
+
+    async for data in events(response.content.iter_any()):  # an aiohttp response's body
+        ...
+
+An event the stream ends in the middle of (no empty line after it) is not dispatched, as
+the standard says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator
+
+
+class EventDecoder:
+    """Bytes of an event stream in, the ``data`` of each complete event out."""
+
+    def __init__(self) -> None:
+        self._line = b""  # the start of a line whose end has not arrived
+        self._data: list[bytes] = []  # the data lines of the event being read
+        self._after_cr = False  # the last byte fed was a CR: an LF next belongs to it
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The events `chunk` completes (each one's data lines joined by LF)."""
+        if self._after_cr and chunk.startswith(b"\n"):
+            chunk = chunk[1:]
+        if b"\r" in chunk:
+            self._after_cr = chunk.endswith(b"\r")
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        else:
+            self._after_cr = False
+        lines = (self._line + chunk).split(b"\n") if self._line else chunk.split(b"\n")
+        self._line = lines.pop()
+        events: list[bytes] = []
+        for line in lines:
+            if not line:
+                if self._data:
+                    events.append(b"\n".join(self._data))
+                    self._data = []
+            elif line.startswith(b"data"):
+                field, _, value = line.partition(b":")
+                if field == b"data":
+                    self._data.append(value[1:] if value.startswith(b" ") else value)
+                # "data" followed by other letters is another field: ignored
+            # comments (":..."), event, id, retry and unknown fields carry nothing here
+        return events
+
+
+async def events(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+    """The data of each event of a stream whose bytes arrive as `chunks`."""
+    decoder = EventDecoder()
+    async for chunk in chunks:
+        for data in decoder.feed(chunk):
+            yield data
