@@ -68,6 +68,11 @@ def add_parser(commands: Any) -> None:
         "--health-timeout", type=float, help="seconds each upstream has to answer /health"
     )
     parser.add_argument(
+        "--health-cache-seconds",
+        type=float,
+        help="seconds one upstream check answers every /health and /readyz probe (1)",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         help="processes sharing the port (default 1); each takes --max-concurrent-generations",
@@ -106,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         "body_timeout",
         "send_timeout",
         "health_timeout",
+        "health_cache_seconds",
         "workers",
         "log_format",
         "log_level",

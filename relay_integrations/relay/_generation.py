@@ -202,7 +202,9 @@ class Generation:
         config = self.endpoints[role].config
         if resumes > self.config.policy.max_resumes:
             detail = explain_broken_stream(broken.cause, role, config, resumes)
-            raise UpstreamFailure(role, broken.cause, detail) from broken
+            times = "once" if resumes == 1 else f"{resumes} times"
+            reason = f"its stream broke after sending text, {times} in one turn"
+            raise UpstreamFailure(role, broken.cause, detail, reason) from broken
         self.resumes += 1
         logger.warning(
             "generation %s: the %s stream from %s broke after %d characters (%s); "

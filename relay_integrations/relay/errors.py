@@ -66,8 +66,12 @@ class EndpointError(RelayError):
         message: str,
         partial: RelayResult | None = None,
         kind: UpstreamKind = "failed",
+        reason: str | None = None,
     ) -> None:
         super().__init__(f"{role} endpoint: {message}")
         self.role = role
         self.partial = partial
         self.kind = kind
+        self.reason = reason or message
+        """Why, in words that name no address (``relaygen serve`` tells its clients this;
+        the message, with the URL, goes to its log)."""

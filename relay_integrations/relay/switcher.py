@@ -118,7 +118,9 @@ class RelaySwitcher(AsyncClosing):
             if isinstance(outcome, UpstreamFailure):
                 if role == "small" and self.config.policy.on_small_failure == "use_large":
                     continue  # unreachable small model: the large one writes everything
-                raise EndpointError(role, outcome.detail, kind=outcome.kind) from outcome
+                raise EndpointError(
+                    role, outcome.detail, kind=outcome.kind, reason=outcome.reason
+                ) from outcome
             if isinstance(outcome, BaseException):
                 raise outcome
             prepared[role] = outcome
@@ -141,7 +143,9 @@ class RelaySwitcher(AsyncClosing):
                 yield event
         except UpstreamFailure as failure:
             partial = run.result("error")
-            raise EndpointError(failure.role, failure.detail, partial, failure.kind) from failure
+            raise EndpointError(
+                failure.role, failure.detail, partial, failure.kind, failure.reason
+            ) from failure
         finally:
             await run.aclose()
 

@@ -1,7 +1,8 @@
 """The relay as an OpenAI-compatible HTTP server (Starlette), over one shared switcher.
 
 Routes: ``POST /v1/chat/completions`` (streamed or whole), ``GET /v1/models``, ``GET /health``
-(200 only when both upstream servers answer), ``GET /metrics`` (Prometheus). Clients choose the
+and ``GET /readyz`` (200 only when both upstream servers answer), ``GET /livez`` (the process
+answers), ``GET /metrics`` (Prometheus). Clients choose the
 model name and the request, never the upstream servers. Run it with ``relaygen serve``, or
 build the app yourself (any ASGI server)::
 
@@ -43,7 +44,9 @@ from .responses import ResponseShaper
 from .settings import ServerSettings
 
 REQUEST_ID_HEADER = "x-request-id"
-ROUTES = ("/v1/chat/completions", "/v1/models", "/health", "/metrics")
+CUT_AHEAD = 0.5
+"""Seconds before the shutdown timeout at which streams still running are ended."""
+ROUTES = ("/v1/chat/completions", "/v1/models", "/health", "/readyz", "/livez", "/metrics")
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")
 
 
@@ -71,6 +74,11 @@ class RelayServer:
             f"{config.large.model}+{config.small.model}",
         ]
         self.draining = False
+        self.cut = asyncio.Event()
+        """Set just before the shutdown timeout: streams still running end with an error
+        event and ``[DONE]`` (:meth:`begin_draining`)."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._checked: tuple[float, asyncio.Future[tuple[str, str]]] | None = None
         self._keys = [key.get_secret_value().encode() for key in self.settings.api_keys]
         self._switcher: RelaySwitcher | None = None
 
@@ -92,6 +100,8 @@ class RelayServer:
                 Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
                 Route("/v1/models", self.models, methods=["GET"]),
                 Route("/health", self.health, methods=["GET"]),
+                Route("/readyz", self.health, methods=["GET"]),
+                Route("/livez", self.live, methods=["GET"]),
                 Route("/metrics", self.metrics_text, methods=["GET"]),
             ],
             exception_handlers={
@@ -104,8 +114,21 @@ class RelayServer:
         app.add_middleware(RequestContext, server=self)
         return app
 
+    def begin_draining(self) -> None:
+        """The shutdown has begun (any thread, a signal handler's too): refuse new work,
+        and end the streams still running :data:`CUT_AHEAD` seconds before uvicorn's
+        ``shutdown_timeout`` would cut their connections, so that each ends with an error
+        event and ``[DONE]`` rather than a broken body."""
+        self.draining = True
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        when = max(self.settings.shutdown_timeout - CUT_AHEAD, 0.0)
+        loop.call_soon_threadsafe(loop.call_later, when, self.cut.set)
+
     @asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self._loop = asyncio.get_running_loop()
         self._switcher = RelaySwitcher(self.config, cues=self.cues)
         log.info(
             "relay server started",
@@ -179,6 +202,7 @@ class RelayServer:
             ResponseShaper(id=generation_id, model=body.model),
             stream=body.stream,
             include_usage=include_usage,
+            cut=self.cut,
         )
 
     async def models(self, request: Request) -> Response:
@@ -201,12 +225,18 @@ class RelayServer:
         ]
         return JSONResponse({"object": "list", "data": data})
 
+    async def live(self, request: Request) -> Response:
+        """Liveness: the process answers (whatever its upstreams do, and while it drains)."""
+        return JSONResponse({"status": "ok"})
+
     async def health(self, request: Request) -> Response:
-        """200 when both upstream servers answer ``/v1/models``; 503 with the reason if not.
-        The probes go on the relay's own connections to the servers."""
+        """Readiness (``/health``, ``/readyz``): 200 when both upstream servers answer
+        ``/v1/models``; 503 with the reason if not, and while draining. The checks go on the
+        relay's own connections, and one answers every probe for ``health_cache_seconds``
+        (probes that arrive together share it)."""
         if self.draining:
             return JSONResponse({"status": "draining"}, status_code=503)
-        large, small = await asyncio.gather(self._probe("large"), self._probe("small"))
+        large, small = await self._upstream_states()
         ready = large == small == "ok"
         return JSONResponse(
             {"status": "ok" if ready else "unavailable", "large": large, "small": small},
@@ -243,6 +273,19 @@ class RelayServer:
                 headers={"connection": "close"},
             ) from None
         return b"".join(chunks)
+
+    async def _upstream_states(self) -> tuple[str, str]:
+        """Both upstreams' states, checked at most once per ``health_cache_seconds``."""
+        loop = asyncio.get_running_loop()
+        checked = self._checked
+        if checked is None or loop.time() - checked[0] >= self.settings.health_cache_seconds:
+            states = asyncio.ensure_future(self._probe_both())
+            self._checked = checked = (loop.time(), states)
+        return await asyncio.shield(checked[1])
+
+    async def _probe_both(self) -> tuple[str, str]:
+        large, small = await asyncio.gather(self._probe("large"), self._probe("small"))
+        return large, small
 
     async def _probe(self, role: ModelRole) -> str:
         timeout = self.settings.health_timeout
@@ -292,7 +335,7 @@ class RequestContext:
             await self.app(scope, receive, send_with_id)
         finally:
             self.server.metrics.requests.labels(path, str(status)).inc()
-            if path != "/metrics" and path != "/health":
+            if path not in ("/metrics", "/health", "/readyz", "/livez"):  # probes: not logged
                 log.info(
                     "request",
                     extra={

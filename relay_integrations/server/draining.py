@@ -23,7 +23,7 @@ class DrainingServer(uvicorn.Server):
         self.relay = relay
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self.relay.draining = True
+        self.relay.begin_draining()
         super().handle_exit(sig, frame)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from starlette.types import Receive, Scope, Send
 
@@ -28,7 +28,7 @@ from ..relay.switcher import RelaySwitcher
 from ..upstream.errors import InvalidChatError
 from .admission import Admission
 from .errors import ApiError
-from .logs import log
+from .logs import log, request_id
 from .responses import ResponseShaper
 
 T = TypeVar("T")
@@ -51,6 +51,7 @@ class GenerationResponse:
         *,
         stream: bool,
         include_usage: bool = False,
+        cut: asyncio.Event | None = None,
     ) -> None:
         self.switcher = switcher
         self.admission = admission
@@ -58,7 +59,10 @@ class GenerationResponse:
         self.shaper = shaper
         self.stream = stream
         self.include_usage = include_usage
+        self.cut = cut if cut is not None else asyncio.Event()
+        """Set when the server's shutdown ends the generations still running."""
         self.result: RelayResult | None = None
+        self._sent_head = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         admission = self.admission
@@ -67,11 +71,32 @@ class GenerationResponse:
             return
         try:
             work = self._stream(send) if self.stream else self._whole(send)
-            if not await _until_disconnect(work, receive):
+            ended = await _until_disconnect(work, receive, self.cut)
+            if ended == "disconnected":
                 admission.metrics.errors.labels("client_disconnected").inc()
                 log.info("client disconnected: generation cancelled")
+            elif ended == "cut":
+                admission.metrics.errors.labels("shutdown").inc()
+                log.warning("generation cut by the shutdown timeout")
+                await self._send_cut(send)
         finally:
             admission.release(self.result)
+
+    async def _send_cut(self, send: Send) -> None:
+        """End a generation the shutdown cut: an error event and ``[DONE]`` on a stream
+        already open, else a 503."""
+        error = ApiError(
+            503,
+            "the relay shut down before the generation ended; retry on another replica",
+            code="shutting_down",
+        )
+        if not self._sent_head:
+            await self._send_error(send, error)
+            return
+        for data in (json.dumps(error.body()), "[DONE]"):
+            body = f"data: {data}\n\n".encode()
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
 
     async def _whole(self, send: Send) -> None:
         try:
@@ -99,6 +124,7 @@ class GenerationResponse:
             await self._send_error(send, self._api_error(failure))
             return
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        self._sent_head = True
         await event(self.shaper.first_chunk())
         try:
             async for chat_event in _prepend(first, chat_events):
@@ -148,14 +174,24 @@ def upstream_error(failure: Exception) -> ApiError:
         return ApiError(400, str(failure), param="messages", code="invalid_chat")
     if isinstance(failure, ContextOverflowError):  # as OpenAI and vLLM name it
         return ApiError(400, str(failure), param="messages", code="context_length_exceeded")
-    if isinstance(failure, CueArtifactError):
-        return ApiError(500, f"relay misconfigured: {failure}", code="relay_misconfigured")
+    if isinstance(failure, CueArtifactError):  # its path and the models' roots: the log's
+        message = (
+            "relay misconfigured: its cue set does not fit the models it serves; the server's "
+            f"log says why (request id {request_id.get()})"
+        )
+        return ApiError(500, message, code="relay_misconfigured")
     if isinstance(failure, EndpointError):
+        # the role and the request id, never the upstream's address (the log has it)
+        server = f"the {failure.role} model's server"
+        where = f" (request id {request_id.get()})"
         if failure.kind == "rejected":
-            return ApiError(400, str(failure), code="upstream_rejected_request")
+            message = f"{server} refused the request: {failure.reason}{where}"
+            return ApiError(400, message, code="upstream_rejected_request")
         if failure.kind == "timeout":
-            return ApiError(504, f"{failure} (upstream timed out)", code="upstream_timeout")
-        return ApiError(502, str(failure), code="upstream_failed")
+            message = f"{server} timed out: {failure.reason}{where}"
+            return ApiError(504, message, code="upstream_timeout")
+        message = f"{server} is unavailable: {failure.reason}{where}"
+        return ApiError(502, message, code="upstream_failed")
     return ApiError(500, f"internal error: {type(failure).__name__}", code="internal_error")
 
 
@@ -179,24 +215,25 @@ async def _prepend(first: T, rest: AsyncIterator[T]) -> AsyncIterator[T]:
         yield item
 
 
-async def _until_disconnect(work: Awaitable[None], receive: Receive) -> bool:
-    """Run `work`; a client that disconnects first cancels it (and its upstream requests).
-
-    Returns whether `work` ran to its end (False: the client left first).
-    """
+async def _until_disconnect(
+    work: Awaitable[None], receive: Receive, cut: asyncio.Event
+) -> Literal["done", "disconnected", "cut"]:
+    """Run `work`; a client that disconnects first, or the shutdown's `cut`, cancels it (and
+    its upstream requests). Returns how it ended."""
     task = asyncio.ensure_future(work)
     listener = asyncio.ensure_future(_disconnected(receive))
+    cutting = asyncio.ensure_future(cut.wait())
     try:
-        await asyncio.wait({task, listener}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({task, listener, cutting}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for pending in (task, listener):
+        for pending in (task, listener, cutting):
             pending.cancel()
-        await asyncio.gather(task, listener, return_exceptions=True)
-    if task.cancelled():
-        return False
-    if task.exception() is not None:
-        raise task.exception()  # type: ignore[misc]
-    return True
+        await asyncio.gather(task, listener, cutting, return_exceptions=True)
+    if task in done:
+        if task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+        return "done"
+    return "disconnected" if listener in done else "cut"
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -2,7 +2,8 @@
 
 On SIGTERM or SIGINT the server stops accepting connections, answers ``/health`` with 503
 (draining), and lets in-flight streams finish for ``shutdown_timeout`` seconds; streams still
-running then are cut, which cancels their upstream requests::
+running then end with an error event and ``[DONE]``, and their upstream requests are
+cancelled::
 
     serve(RelayConfig.from_env(), ServerSettings.from_env(port=9000))
 

@@ -84,6 +84,12 @@ class ServerSettings(BaseModel):
     health_timeout: float = Field(
         default=5.0, gt=0, description="Seconds each upstream has to answer a health check"
     )
+    health_cache_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        description="Seconds an upstream check answers every /health (/readyz) probe: probes "
+        "from several sources (Kubernetes, load balancers) cost one check a second",
+    )
     workers: int = Field(
         default=1,
         ge=1,

@@ -68,6 +68,28 @@ def explain_failure(
     return f"{cause} (from {config.base_url})"  # an error event: vLLM's message is in it
 
 
+def public_reason(cause: BaseException, config: EndpointConfig) -> str:
+    """Why a request failed, in words that name no address (no URL, no host): what a
+    remote client of ``relaygen serve`` is told, while the log keeps the detail."""
+    if isinstance(cause, openai.APITimeoutError):
+        if _in_chain(cause, "ConnectTimeout"):
+            return f"no connection within {config.connect_timeout:g} s"
+        return f"it sent nothing for {config.read_timeout:g} s"
+    if isinstance(cause, openai.APIConnectionError):
+        chain = _chain(cause)
+        if any(isinstance(error, ConnectionRefusedError) for error in chain):
+            return "it refused the connection"
+        if any(isinstance(error, socket.gaierror) for error in chain):
+            return "its host name was not found"
+        return "the connection to it failed"
+    if isinstance(cause, openai.APIStatusError):
+        said = _server_message(cause.body)
+        return f"it answered {cause.status_code}" + (f": {said}" if said else "")
+    if isinstance(cause, openai.APIResponseValidationError):
+        return "it answered something that is not vLLM's OpenAI API"
+    return str(cause)  # an error event: vLLM's own words
+
+
 def explain_broken_stream(
     cause: BaseException, role: ModelRole, config: EndpointConfig, breaks: int
 ) -> str:

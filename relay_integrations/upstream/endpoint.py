@@ -30,7 +30,7 @@ import openai
 from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from ._failures import Tries, explain_failure
+from ._failures import Tries, explain_failure, public_reason
 from ._http import HttpClient, HttpResponse
 from ._stream_stops import StreamStops
 from .completion import CompletionRequest as CompletionRequest
@@ -62,11 +62,19 @@ class UpstreamFailure(RelayError):
     ``cause`` is the SDK's exception, for callers that decide by its type.
     """
 
-    def __init__(self, role: ModelRole, cause: BaseException, detail: str | None = None) -> None:
+    def __init__(
+        self,
+        role: ModelRole,
+        cause: BaseException,
+        detail: str | None = None,
+        reason: str | None = None,
+    ) -> None:
         self.detail = detail or str(cause)
         super().__init__(f"{role} endpoint failed: {self.detail}")
         self.role = role
         self.cause = cause
+        self.reason = reason or str(cause)
+        """Why, in words that name no address (what ``relaygen serve`` tells a client)."""
 
     @property
     def kind(self) -> UpstreamKind:
@@ -135,7 +143,7 @@ class Endpoint:
         except openai.APIResponseValidationError:
             return "answered something that is not vLLM's OpenAI API"
         except openai.APIError as failed:
-            return f"unreachable: {type(failed.__cause__ or failed).__name__}"
+            return f"unreachable: {public_reason(failed, self.config)}"
         return "ok"
 
     async def post_json(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -243,7 +251,8 @@ class Endpoint:
         except (openai.APIError, UpstreamErrorEvent) as final:
             tries = Tries(attempts, time.monotonic() - started)
             detail = explain_failure(final, self.role, self.config, tries)
-            raise UpstreamFailure(self.role, final, detail) from final
+            reason = public_reason(final, self.config)
+            raise UpstreamFailure(self.role, final, detail, reason) from final
         raise AssertionError("unreachable: tenacity either returns or raises")
 
     async def _open(

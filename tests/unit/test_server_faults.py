@@ -87,11 +87,15 @@ def streamed(served: ServedRelay) -> tuple[int, list[Any]]:
 
 
 def assert_openai_error(response_body: dict[str, Any], code: str, *in_message: str) -> None:
+    """An OpenAI-shaped error with `code` and `in_message`, naming the request id and no
+    upstream address (remote clients are not told internal URLs; the log has them)."""
     error = response_body["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert error["code"] == code
     for text in in_message:
         assert text in error["message"]
+    assert "request id " in error["message"]
+    assert "http://" not in json.dumps(response_body) and "127.0.0.1" not in error["message"]
 
 
 def openai_client(served: ServedRelay) -> openai.OpenAI:
@@ -107,12 +111,14 @@ def test_an_upstream_refusing_connections_gets_a_quick_502(upstream: ScriptedVLL
         started = time.monotonic()
         response = whole(served)
         assert response.status_code == 502
-        assert_openai_error(response.json(), "upstream_failed", "large endpoint")
+        assert_openai_error(
+            response.json(), "upstream_failed", "the large model's server", "refused"
+        )
         assert response.json()["error"]["type"] == "upstream_error"
 
         status, (body,) = streamed(served)  # refused before any text: a status, not a 200
         assert status == 502
-        assert_openai_error(body, "upstream_failed", "large endpoint")
+        assert_openai_error(body, "upstream_failed", "the large model's server", "refused")
 
         with openai_client(served) as client:
             with pytest.raises(openai.InternalServerError) as raised:
@@ -140,14 +146,19 @@ def test_an_upstream_answering_500_on_every_try_gets_502_naming_the_endpoint(
         upstream.models["large"].faults[:] = [Fault(status=500)] * 2  # the try and the retry
         response = whole(served)
         assert response.status_code == 502
-        assert_openai_error(response.json(), "upstream_failed", "large endpoint", "500")
+        assert_openai_error(
+            response.json(),
+            "upstream_failed",
+            "the large model's server is unavailable",
+            "it answered 500",
+        )
         assert upstream.models["large"].faults == []
 
         upstream.models["large"].faults[:] = [Fault(status=500)] * 2
         with openai_client(served) as client, pytest.raises(openai.APIStatusError) as raised:
             list(client.chat.completions.create(model="large", messages=QUESTION, stream=True))
         assert raised.value.status_code == 502
-        assert "large endpoint" in raised.value.message
+        assert "the large model's server is unavailable" in raised.value.message
 
 
 def test_a_small_endpoint_failing_is_absorbed_by_the_large_model(upstream: ScriptedVLLM) -> None:
@@ -179,7 +190,7 @@ def test_a_stalled_upstream_gets_a_timeout_well_before_the_stall_ends(
                 status, body = response.status_code, response.json()
             assert time.monotonic() - started < STALL / 2
             assert status == 504
-            assert_openai_error(body, "upstream_timeout", "large endpoint", "timed out")
+            assert_openai_error(body, "upstream_timeout", "the large model's server timed out")
             assert body["error"]["type"] == "upstream_timeout"
 
 
@@ -249,7 +260,7 @@ def test_a_failure_mid_generation_keeps_the_text_written_before_it(
         response = whole(served)
         assert response.status_code == 502
         body = response.json()
-        assert_openai_error(body, "upstream_failed", f"{role} endpoint")
+        assert_openai_error(body, "upstream_failed", f"the {role} model's server")
         partial = body["relay"]["partial"]
         assert partial["finish_reason"] == "error"
         assert partial["reasoning"] == written  # nothing written before the failure is lost
@@ -265,7 +276,7 @@ def test_a_failure_mid_generation_keeps_the_text_written_before_it(
         assert status == 200
         assert events[-1] == "[DONE]"
         error = events[-2]
-        assert_openai_error(error, "upstream_failed", f"{role} endpoint")
+        assert_openai_error(error, "upstream_failed", f"the {role} model's server")
         assert error["relay"]["partial"]["reasoning"] == written
         shown = "".join(e["choices"][0]["delta"].get("reasoning", "") for e in events[1:-2])
         assert shown and written.startswith(shown)
@@ -274,7 +285,7 @@ def test_a_failure_mid_generation_keeps_the_text_written_before_it(
         with openai_client(served) as client, pytest.raises(openai.APIError) as raised:
             for _ in client.chat.completions.create(model="large", messages=QUESTION, stream=True):
                 pass
-        assert f"{role} endpoint" in raised.value.message
+        assert f"the {role} model's server" in raised.value.message
 
 
 # --- no leaks -------------------------------------------------------------------------------

@@ -1,13 +1,16 @@
 """``relaygen serve`` against clients that hold connections without using them: a request head
 or body that trickles in (slowloris) is answered 408 and closed; a client that reads nothing
 has its stream ended, its generation cancelled and its slot freed; each is logged and counted.
-The health probe opens no connection per call."""
+The health probe opens no connection per call; streams the shutdown cuts end cleanly."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +23,7 @@ import pytest
 from relay_integrations.relay import EndpointConfig, RelayConfig, SwitchPolicy
 from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM, serving
-from tests.fakes.capable_model import capable_relay_config
+from tests.fakes.capable_model import capable_relay_config, capable_server
 from tests.fakes.relay_http import ServedRelay, eventually, relay_http
 
 CHAT = b'{"model": "large", "messages": [{"role": "user", "content": "Hi"}], "stream": true}'
@@ -170,3 +173,60 @@ def test_health_probes_reuse_the_relays_connections(upstream: ScriptedVLLM) -> N
         for _ in range(50):
             assert client.get(f"{served.url}/health").status_code == 200
         assert 1 <= upstream_connections(upstream.base_url) <= opened
+
+
+def test_streams_the_shutdown_timeout_cuts_end_with_an_error_event_and_done() -> None:
+    """SIGTERM with streams still running: each ends, before uvicorn's shutdown timeout
+    would cut its connection, with an error event and ``[DONE]`` (a whole chunked body)."""
+    with serving(capable_server(token_delay=0.05)) as slow:  # a few seconds a generation
+        settings = ServerSettings(shutdown_timeout=1)
+        with relay_http(RelayServer(capable_relay_config(slow.base_url), settings)) as served:
+            events: list[str] = []
+
+            def stream() -> None:
+                body = {"model": "large", "messages": [{"role": "user", "content": "Hi"}]}
+                with httpx.stream(
+                    "POST", f"{served.base_url}/chat/completions", json={**body, "stream": True}
+                ) as response:
+                    events.extend(
+                        line.removeprefix("data: ")
+                        for line in response.iter_lines()
+                        if line.startswith("data: ")
+                    )
+
+            reader = threading.Thread(target=stream)
+            reader.start()
+            assert eventually(lambda: len(events) >= 3, 10)  # text is streaming
+            started = time.monotonic()
+            served.server.handle_exit(signal.SIGTERM, None)
+            reader.join(10)
+            assert not reader.is_alive()
+            assert time.monotonic() - started < 2
+    assert events[-1] == "[DONE]"
+    error = json.loads(events[-2])["error"]
+    assert error["code"] == "shutting_down"
+
+
+def test_probes_within_the_cache_time_share_one_check_and_livez_needs_no_upstream(
+    upstream: ScriptedVLLM,
+) -> None:
+    down = capable_server()  # bound, not listening: refused
+    server = RelayServer(
+        capable_relay_config(upstream.base_url, down.base_url),
+        ServerSettings(health_cache_seconds=30),
+    )
+    with relay_http(server) as served, httpx.Client(base_url=served.url) as client:
+        checks: list[str] = []
+        small = served.relay.switcher.endpoints["small"]
+        probe = small.probe
+
+        async def counted() -> str:
+            checks.append("small")
+            return await probe()
+
+        small.probe = counted  # type: ignore[method-assign]
+        probes = [client.get("/readyz") for _ in range(20)] + [client.get("/health")]
+        assert {p.status_code for p in probes} == {503}
+        assert {p.json()["small"] for p in probes} == {"unreachable: it refused the connection"}
+        assert checks == ["small"]  # one check answered every probe
+        assert client.get("/livez").status_code == 200  # the process is alive

@@ -94,7 +94,7 @@ def test_sigterm_lets_a_stream_finish_and_refuses_new_connections() -> None:
     assert done["generation_id"] == finish["id"] == f"chatcmpl-{request['request_id']}"
 
 
-def test_a_stream_past_the_shutdown_deadline_is_cut_and_its_upstream_cancelled() -> None:
+def test_a_stream_past_the_shutdown_deadline_ends_with_an_error_event_and_done() -> None:
     upstream = capable_server(token_delay=0.3)  # about 20 s per generation
     with serving(upstream), relaygen_serve(upstream, "--shutdown-timeout", "1") as served:
         process, url = served.process, served.url
@@ -107,7 +107,10 @@ def test_a_stream_past_the_shutdown_deadline_is_cut_and_its_upstream_cancelled()
         exited = time.monotonic() - signalled
         thread.join(15)
     assert exited < 8  # the deadline (1 s) and the shutdown's own steps, not the 20 s stream
-    assert "[DONE]" not in outcome["lines"]
+    lines = outcome["lines"]
+    assert "error" not in outcome  # a whole body, not a broken chunked one
+    assert lines[-1] == "[DONE]"
+    assert json.loads(lines[-2])["error"]["code"] == "shutting_down"
     models = upstream.models.values()
     assert sum(m.cut_short for m in models) == 1  # the open upstream stream was closed
     assert sum(m.active for m in models) == 0
