@@ -26,10 +26,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 def check_header(where: str, name: str, value: str) -> None:
     """Refuse a header whose name is not a token or whose value holds a control character."""
-    if not _TOKEN.fullmatch(name):
-        raise ValueError(
-            f"{where}: {name!r} is not a header name (letters, digits and !#$%&'*+-.^_`|~ only)"
-        )
+    check_header_name(where, name)
     check_header_value(where, value)
 
 
@@ -54,7 +51,9 @@ def check_header_value(where: str, value: str, *, secret: bool = False) -> None:
 def check_header_name(where: str, name: str) -> None:
     """Refuse a header name that is not a token."""
     if not _TOKEN.fullmatch(name):
-        raise ValueError(f"{where}: {name!r} is not a header name")
+        raise ValueError(
+            f"{where}: {name!r} is not a header name (letters, digits and !#$%&'*+-.^_`|~ only)"
+        )
 
 
 def check_proxy_url(url: str, where: str) -> None:

@@ -145,3 +145,30 @@ async def test_sync_calls_inside_a_running_event_loop(
     messages = await llm.abatch(["What is 2 + 2?", "And 2 + 2?"])
     assert [m.content for m in messages] == ["The answer is 4."] * 2
     assert await asyncio.to_thread(llm.get_num_tokens, "hello world") == 2
+
+
+def test_every_streamed_chunk_names_the_model_that_wrote_it(
+    qwen_large: Server, qwen_small: Server
+) -> None:
+    """Runs of chunks by one model are the relay's segments with visible text, and hold the
+    whole trace between them."""
+    model = relay_model(qwen_large, qwen_small, request_hook=forcing(TRACE))
+    chunks = [c for c in model.stream("What is 2 + 2?") if isinstance(c, AIMessageChunk)]
+    runs: list[tuple[str, str]] = []
+    for chunk in chunks:
+        [writer] = chunk.response_metadata["relay_models"]
+        text = str(chunk.additional_kwargs.get("reasoning_content", "")) + chunk.text
+        if not text:
+            continue
+        if runs and runs[-1][0] == writer:
+            runs[-1] = (writer, runs[-1][1] + text)
+        else:
+            runs.append((writer, text))
+    # the cues hand the small model "the sum is 4." and "we check it."; it writes the answer
+    assert [writer for writer, _ in runs] == ["large", "small", "large", "small"]
+    assert runs[1][1].strip() == "the sum is 4."
+    assert runs[3][1].strip() == "we check it.The answer is 4."  # reasoning, then answer
+    assert "".join(text for _, text in runs) == REASONING + "The answer is 4."
+    segments = chunks[-1].response_metadata["relay"]["segments"]  # the large model's
+    assert [s["model"] for s in segments] == ["large", "small", "large", "small", "large", "small"]
+    assert segments[4]["ended_by"] == "end_of_reasoning"  # its "</think>": nothing to show

@@ -66,6 +66,17 @@ async def read_request(reader: asyncio.StreamReader) -> tuple[str, dict[str, str
     return line, headers, body
 
 
+def answering(response: bytes) -> Handler:
+    """A server that answers one request with `response`, byte for byte."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(response)
+        await writer.drain()
+
+    return handler
+
+
 def chunked(*parts: bytes) -> bytes:
     return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
 
@@ -150,12 +161,7 @@ async def test_events_are_decoded_as_the_standard_says(
 async def test_a_reader_far_behind_gets_every_event() -> None:
     events = [b'data: {"n": %d}\n\n' % i for i in range(3000)]
 
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(STREAM_HEAD + chunked(*events))
-        await writer.drain()
-
-    async with serving(handler) as origin:
+    async with serving(answering(STREAM_HEAD + chunked(*events))) as origin:
         http = client(origin)
         response = await http.request("POST", "/v1/completions", {}, expect="events")
         await asyncio.sleep(0.1)  # everything has arrived, unread
@@ -265,13 +271,9 @@ async def test_ipv6_loopback_is_reached_with_its_host_in_brackets() -> None:
 
 
 async def test_an_error_status_is_the_sdks_error_with_the_servers_message() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        body = b'{"error": {"message": "model not found"}}'
-        writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
-        await writer.drain()
-
-    async with serving(handler) as origin:
+    body = b'{"error": {"message": "model not found"}}'
+    not_found = b"HTTP/1.1 404 Not Found\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+    async with serving(answering(not_found)) as origin:
         http = client(origin)
         with pytest.raises(openai.NotFoundError) as raised:
             await http.request("POST", "/v1/completions", {}, expect="events")
@@ -312,12 +314,7 @@ HTML_PAGE = b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: %d\r
 async def test_a_page_that_is_not_vllms_answer_is_an_error_naming_url_status_and_type(
     expect: Any,
 ) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(HTML_PAGE)
-        await writer.drain()
-
-    async with serving(handler) as origin:
+    async with serving(answering(HTML_PAGE)) as origin:
         http = client(origin)
         with pytest.raises(openai.APIResponseValidationError) as raised:
             await http.request("POST", "/v1/completions", {}, expect=expect)
@@ -346,12 +343,7 @@ async def test_a_whole_generation_against_a_login_page_fails_and_writes_nothing(
 
 
 async def test_a_streamed_completion_answered_with_json_is_refused() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(JSON_OK)
-        await writer.drain()
-
-    async with serving(handler) as origin:
+    async with serving(answering(JSON_OK)) as origin:
         http = client(origin)
         with pytest.raises(openai.APIResponseValidationError, match="not an event stream"):
             await http.request("POST", "/v1/completions", {}, expect="events")
@@ -361,15 +353,11 @@ async def test_a_streamed_completion_answered_with_json_is_refused() -> None:
 async def test_gzip_encoded_json_is_decoded() -> None:
     body = gzip.compress(b'{"data": [{"id": "m"}]}')
 
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
-            b"content-length: %d\r\n\r\n%s" % (len(body), body)
-        )
-        await writer.drain()
-
-    async with serving(handler) as origin:
+    compressed = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    async with serving(answering(compressed)) as origin:
         http = client(origin)
         response = await http.request("GET", "/v1/models")
         assert await response.json() == {"data": [{"id": "m"}]}
@@ -378,16 +366,12 @@ async def test_gzip_encoded_json_is_decoded() -> None:
 
 
 async def test_a_body_that_does_not_decode_is_an_error_not_a_crash() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        body = b"\xff\xfe not json"
-        writer.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-            % (len(body), body)
-        )
-        await writer.drain()
-
-    async with serving(handler) as origin:
+    body = b"\xff\xfe not json"
+    undecodable = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+        % (len(body), body)
+    )
+    async with serving(answering(undecodable)) as origin:
         http = client(origin)
         response = await http.request("GET", "/v1/models")
         with pytest.raises(openai.APIResponseValidationError, match="a body that is not JSON"):
@@ -493,10 +477,7 @@ def tunnel_proxy(log: list[str], authorization: str | None = None) -> Handler:
     return proxy
 
 
-async def json_server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await read_request(reader)
-    writer.write(JSON_OK)
-    await writer.drain()
+json_server = answering(JSON_OK)
 
 
 @pytest.fixture
@@ -589,10 +570,7 @@ def server_tls(files: dict[str, Path], client_certificates: bool = False) -> ssl
     return tls
 
 
-async def stream_server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await read_request(reader)
-    writer.write(STREAM_HEAD + EVENTS)
-    await writer.drain()
+stream_server = answering(STREAM_HEAD + EVENTS)
 
 
 async def test_https_verified_by_a_ca_bundle_path_and_refused_without_it(

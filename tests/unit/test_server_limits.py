@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -25,6 +22,7 @@ from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM, serving
 from tests.fakes.capable_model import capable_relay_config, capable_server
 from tests.fakes.relay_http import ServedRelay, eventually, relay_http
+from tests.fakes.tcp_table import established
 
 CHAT = b'{"model": "large", "messages": [{"role": "user", "content": "Hi"}], "stream": true}'
 
@@ -149,30 +147,13 @@ def test_a_client_that_reads_nothing_is_dropped_and_its_slot_serves_another(
     assert any("accepted nothing for 0.5 s" in r.getMessage() for r in caplog.records)
 
 
-def upstream_connections(url: str) -> int:
-    """This process's established TCP connections to the server of `url` (Linux /proc)."""
-    port = urlsplit(url).port
-    own = set()
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            target = os.readlink(f"/proc/self/fd/{fd}")
-            if target.startswith("socket:["):
-                own.add(target[len("socket:[") : -1])
-    count = 0
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-        count += remote_port == port and fields[3] == "01" and fields[9] in own
-    return count
-
-
 def test_health_probes_reuse_the_relays_connections(upstream: ScriptedVLLM) -> None:
     with relay_http(relay_server(upstream.base_url)) as served, httpx.Client() as client:
         assert client.get(f"{served.url}/health").status_code == 200
-        opened = upstream_connections(upstream.base_url)
+        opened = len(established(upstream.port))
         for _ in range(50):
             assert client.get(f"{served.url}/health").status_code == 200
-        assert 1 <= upstream_connections(upstream.base_url) <= opened
+        assert 1 <= len(established(upstream.port)) <= opened
 
 
 def test_streams_the_shutdown_timeout_cuts_end_with_an_error_event_and_done() -> None:
