@@ -68,9 +68,15 @@ def scripted_answer(prompt: str, body: dict[str, Any]) -> str:
     return full[len(written) :]
 
 
-def scripted_pair(token_delay: float, memory: int | None = MEMORY) -> ScriptedVLLM:
-    """The scripted vLLM serving "large" and "small", both writing :func:`scripted_answer`
-    (``token_delay`` seconds a token; ``memory``: see ``ScriptedModel``)."""
+def scripted_pair(
+    token_delay: float,
+    memory: int | None = MEMORY,
+    models: tuple[str, ...] = ("large", "small"),
+    port: int = 0,
+) -> ScriptedVLLM:
+    """The scripted vLLM serving "large" and "small" (or only those of `models`), both
+    writing :func:`scripted_answer` (``token_delay`` seconds a token; ``memory``: see
+    ``ScriptedModel``), on a free port or `port`."""
     # here, not at the top: the benchmarks import this module (CUES, launch, stop) without
     # the server extra; only the upstream's own process needs it
     from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM
@@ -78,17 +84,24 @@ def scripted_pair(token_delay: float, memory: int | None = MEMORY) -> ScriptedVL
     return ScriptedVLLM(
         *(
             ScriptedModel(name, "", respond=scripted_answer, token_delay=token_delay, memory=memory)
-            for name in ("large", "small")
-        )
+            for name in models
+        ),
+        port=port,
     )
 
 
-def serve(token_delay: float, memory: int = MEMORY) -> None:
-    """Serve the scripted pair; print the base URL once listening; run until terminated."""
+def serve(
+    token_delay: float,
+    memory: int = MEMORY,
+    models: tuple[str, ...] = ("large", "small"),
+    port: int = 0,
+) -> None:
+    """Serve the scripted pair (or one of its models); print the base URL once listening;
+    run until terminated."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the benchmark stops it (SIGTERM), also on ^C
 
     async def run() -> None:
-        async with scripted_pair(token_delay, memory) as server:
+        async with scripted_pair(token_delay, memory, models, port) as server:
             print(server.base_url, flush=True)
             await asyncio.Event().wait()
 
@@ -96,11 +109,17 @@ def serve(token_delay: float, memory: int = MEMORY) -> None:
 
 
 def start(
-    token_delay: float, log: IO[bytes], memory: int = MEMORY
+    token_delay: float,
+    log: IO[bytes],
+    memory: int = MEMORY,
+    models: tuple[str, ...] = ("large", "small"),
+    port: int = 0,
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """Run the upstream in its own process; its process and base URL, once it listens (its
-    stderr goes to `log`)."""
+    """Run the upstream in its own process (serving `models`, on `port` if given: one started
+    again where one was stopped); its process and base URL, once it listens (its stderr goes
+    to `log`)."""
     command = [sys.executable, "-m", "benchmarks.upstream", "--token-delay", str(token_delay)]
+    command += ["--models", ",".join(models), "--port", str(port)]
     return launch([*command, "--memory", str(memory)], log)
 
 
@@ -132,8 +151,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="the scripted vLLM pair, for benchmarks")
     parser.add_argument("--token-delay", type=float, default=0.0, help="seconds per token")
     parser.add_argument("--memory", type=int, default=MEMORY, help="prompts each remembers")
+    parser.add_argument("--models", default="large,small", help="the models it serves")
+    parser.add_argument("--port", type=int, default=0, help="its port (0: a free one)")
     args = parser.parse_args(argv)
-    serve(args.token_delay, args.memory)
+    serve(args.token_delay, args.memory, tuple(args.models.split(",")), args.port)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
 
-from ..upstream._failures import explain_broken_stream
+from ..upstream._failures import explain_broken_stream, is_outage
 from ..upstream.config import ModelRole, SamplingConfig
 from ..upstream.endpoint import (
     CompletionRequest,
@@ -64,10 +64,11 @@ class Generation:
         answer_stops: Sequence[str] = (),
         answer_extra_body: Mapping[str, Any] | None = None,
         started: float | None = None,
+        degraded: str | None = None,
     ) -> None:
         """`prompts` holds the models that serve this generation (no small model's prompt:
-        the large model writes everything). `answer_stops` and `answer_extra_body` apply to
-        the answer's requests only."""
+        the large model writes everything, and `degraded` says why). `answer_stops` and
+        `answer_extra_body` apply to the answer's requests only."""
         self.id = generation_id
         self.config = config
         self.endpoints = endpoints
@@ -82,6 +83,10 @@ class Generation:
         self.transcript = ""
         self.phase: Phase = "answer" if self.mode is PromptReasoning.CLOSED else "reasoning"
         self.small_available = "small" in prompts
+        self.degraded = degraded
+        """Why the large model wrote what the small one would have (its server failed or is
+        known down), or None."""
+        self.waited = 0.0  # seconds spent waiting for a server to come back
         self.segments: list[Segment] = []
         self.usage = {"large": ModelUsage(), "small": ModelUsage()}
         self.reasoning_tokens = 0
@@ -149,10 +154,11 @@ class Generation:
                     decision = item
                 else:
                     yield item
-        except UpstreamFailure:
+        except UpstreamFailure as failure:
             if role == "large" or self.config.policy.on_small_failure == "raise":
                 raise
             self.small_available = False
+            self.degraded = f"the small model's server failed: {failure.reason}"
         finally:
             self.seconds[role] += time.perf_counter() - began
             segment = Segment(
@@ -172,7 +178,8 @@ class Generation:
     ) -> AsyncGenerator[TextDelta | TurnDecision, None]:
         """The turn's requests, one after another until a decision ends the turn: their
         visible text, then that decision. A stream that breaks mid-way resumes from the text
-        so far (``SwitchPolicy.max_resumes`` times)."""
+        so far (``SwitchPolicy.max_resumes`` times); a request that finds the server out
+        waits for it to come back (:meth:`_wait_for_server`)."""
         phase, resumes, decision = self.phase, 0, WRITE_ON
         while decision.ended is None:
             allowance = self._allowance(role, turn.cap, usage)
@@ -192,6 +199,9 @@ class Generation:
             except StreamInterrupted as broken:
                 resumes += 1
                 self._resume(role, broken, resumes)
+                continue
+            except UpstreamFailure as failure:
+                await self._wait_for_server(role, failure)
                 continue
             assert end is not None, "a request that did not break ends with its RequestEnd"
             decision = await self._apply(role, turn.decide(end), end.pieces)
@@ -217,6 +227,39 @@ class Generation:
             resumes,
             self.config.policy.max_resumes,
         )
+
+    async def _wait_for_server(self, role: ModelRole, failure: UpstreamFailure) -> None:
+        """After a request found `role`'s server out (no connection, a 502/503/504, its
+        breaker open): wait for a probe to find it up again, within what is left of
+        ``SwitchPolicy.resume_wait_seconds``, so that a restart loses no text; or raise
+        `failure` at once when the generation can go on without the server (the small one's,
+        unless the policy says raise), has written nothing yet (nothing to lose: the caller
+        may try elsewhere), or the failure is not an outage (a refused request)."""
+        policy = self.config.policy
+        essential = role == "large" or policy.on_small_failure == "raise"
+        if not (essential and self.transcript and is_outage(failure.cause)):
+            raise failure
+        budget = policy.resume_wait_seconds - self.waited
+        endpoint, began, back = self.endpoints[role], time.monotonic(), False
+        if budget > 0:
+            logger.warning(
+                "generation %s: the %s server %s is out (%s); waiting up to %.0f s for it",
+                self.id,
+                role,
+                endpoint.config.base_url,
+                failure.reason,
+                budget,
+            )
+            back = await endpoint.availability.wait_until_up(budget)
+            self.waited += time.monotonic() - began
+        if not back:
+            waited = f"{self.waited:.0f} s of SwitchPolicy.resume_wait_seconds"
+            raise UpstreamFailure(
+                role,
+                failure.cause,
+                f"{failure.detail} The generation waited {waited} for it to come back.",
+                f"{failure.reason}; it did not come back within the {waited}",
+            ) from failure
 
     def _allowance(self, role: ModelRole, cap: int | None, turn: ModelUsage) -> int:
         """Tokens the next request of the turn may write: the room left, and the turn's cap."""
@@ -398,6 +441,7 @@ class Generation:
                 speculative_handoffs=self.speculative_handoffs,
                 speculative_misses=self.speculative_misses,
                 resumes=self.resumes,
+                degraded=self.degraded,
                 warm_up=self._warm_up.usage if self._warm_up else None,
             ),
         )

@@ -80,6 +80,15 @@ class SwitchPolicy(Frozen):
     max_resumes: int = Field(
         default=2, ge=0, description="Resumptions of a segment whose stream broke mid-way"
     )
+    resume_wait_seconds: float = Field(
+        default=120.0,
+        ge=0,
+        description="Most seconds one generation waits, in all, for a server it cannot go "
+        "around (the large model's; the small model's too with on_small_failure='raise') to "
+        "come back after it went out mid-generation: a restart within it loses no text, past "
+        "it the generation fails with its partial result. A generation that has written "
+        "nothing yet fails at once (0: always at once)",
+    )
     speculative_handoff: bool = Field(
         default=True,
         description="Open the next model's request when the text reaches a hand-off that waits "

@@ -80,6 +80,12 @@ class RelayStats(BaseModel):
         description="Streams that broke after sending text and went on from the text so far "
         "(a vLLM replica lost mid-request; SwitchPolicy.max_resumes)",
     )
+    degraded: str | None = Field(
+        default=None,
+        description="Why the large model wrote what the small one would have (the small "
+        "model's server failed, or was known down: SwitchPolicy.on_small_failure='use_large'); "
+        "None when both models served as planned",
+    )
     warm_up: ModelUsage | None = Field(
         default=None,
         description="The request that put the small model's prompt in its prefix cache when "
@@ -123,13 +129,15 @@ class RelayResult(BaseModel):
 
     def summary(self) -> dict[str, Any]:
         """What adapters put beside a response: id, large-model share, switches, resumed
-        streams, time, usage, and who wrote each segment (its model, phase, how it ended,
-        its cue and tokens; the text is in the response)."""
+        streams, why it ran degraded (None: it did not), time, usage, and who wrote each
+        segment (its model, phase, how it ended, its cue and tokens; the text is in the
+        response)."""
         return {
             "generation_id": self.generation_id,
             "large_share": self.stats.large_share,
             "switches": self.stats.switches,
             "resumes": self.stats.resumes,
+            "degraded": self.stats.degraded,
             "seconds": self.stats.total_seconds,
             "time_to_first_token": self.stats.time_to_first_token,
             "usage": {role: usage.model_dump() for role, usage in self.usage.items()},

@@ -114,10 +114,14 @@ class RelaySwitcher(AsyncClosing):
             self._prepare("large", chat), self._prepare("small", chat), return_exceptions=True
         )
         prepared: dict[ModelRole, tuple[RenderedPrompt, int | None]] = {}
+        degraded = None
         for role, outcome in zip(ROLES, (large, small), strict=True):
             if isinstance(outcome, UpstreamFailure):
                 if role == "small" and self.config.policy.on_small_failure == "use_large":
-                    continue  # unreachable small model: the large one writes everything
+                    # unreachable small model (at once while known down): the large one
+                    # writes everything
+                    degraded = f"the small model's server failed: {outcome.reason}"
+                    continue
                 raise EndpointError(
                     role, outcome.detail, kind=outcome.kind, reason=outcome.reason
                 ) from outcome
@@ -137,6 +141,7 @@ class RelaySwitcher(AsyncClosing):
             answer_stops=stop,
             answer_extra_body=answer_extra_body,
             started=started,
+            degraded=degraded,
         )
         try:
             async for event in self._relay(run):

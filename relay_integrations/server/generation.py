@@ -32,6 +32,8 @@ from .logs import log, request_id
 from .responses import ResponseShaper
 
 T = TypeVar("T")
+RETRY_SOON = {"retry-after": "1"}
+"""A known-down upstream is probed every second or so (EndpointConfig.probe_interval)."""
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -191,6 +193,8 @@ def upstream_error(failure: Exception) -> ApiError:
             message = f"{server} timed out: {failure.reason}{where}"
             return ApiError(504, message, code="upstream_timeout")
         message = f"{server} is unavailable: {failure.reason}{where}"
+        if failure.kind == "unavailable":  # known down: a retry elsewhere, or soon, may pass
+            return ApiError(503, message, code="upstream_unavailable", headers=RETRY_SOON)
         return ApiError(502, message, code="upstream_failed")
     return ApiError(500, f"internal error: {type(failure).__name__}", code="internal_error")
 

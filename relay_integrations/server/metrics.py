@@ -99,7 +99,8 @@ class RelayMetrics:
 
     def _declare_generations(self, r: CollectorRegistry) -> None:
         """What the generations did: tokens per model, the large model's share, switches,
-        speculative hand-offs, resumed streams, the prompt warm-up, and their times."""
+        speculative hand-offs, resumed streams, degraded generations, the prompt warm-up, and their
+        times."""
         self.tokens = Counter(
             "relay_tokens",
             "Tokens per model; kind is prompt, cached (of prompt) or completion",
@@ -125,6 +126,12 @@ class RelayMetrics:
             "relay_resumed_streams",
             "Upstream streams that broke after sending text and went on from the text so far "
             "(a vLLM replica lost mid-request; the log says which server)",
+            registry=r,
+        )
+        self.degraded = Counter(
+            "relay_degraded_generations",
+            "Generations in which the large model wrote what the small one would have, its "
+            "server having failed or being known down (SwitchPolicy.on_small_failure)",
             registry=r,
         )
         self.warm_up_tokens = Counter(
@@ -170,6 +177,8 @@ class RelayMetrics:
         self.speculative.labels("used").inc(result.stats.speculative_handoffs)
         self.speculative.labels("closed").inc(result.stats.speculative_misses)
         self.resumes.inc(result.stats.resumes)
+        if result.stats.degraded is not None:
+            self.degraded.inc()
         if (warm_up := result.stats.warm_up) is not None:
             self.warm_up_tokens.labels("prompt").inc(warm_up.prompt_tokens)
             self.warm_up_tokens.labels("cached").inc(warm_up.cached_tokens)

@@ -180,9 +180,10 @@ class ScriptedModel:
 
 
 class ScriptedVLLM:
-    """Serves scripted models on a loopback port. Use as an async context manager."""
+    """Serves scripted models on a loopback port (a free one, or `port`: a server started
+    again where one was stopped). Use as an async context manager."""
 
-    def __init__(self, *models: ScriptedModel, api_key: str | None = None) -> None:
+    def __init__(self, *models: ScriptedModel, api_key: str | None = None, port: int = 0) -> None:
         self.models = {m.name: m for m in models}
         self.api_key = api_key
         self.vocab: dict[str, int] = {}
@@ -196,7 +197,8 @@ class ScriptedVLLM:
             ]
         )
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY
-        sock.bind(("127.0.0.1", 0))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the port of one stopped
+        sock.bind(("127.0.0.1", port))
         self.port = sock.getsockname()[1]
         self._sock = sock
         self._server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="off"))

@@ -24,6 +24,26 @@ import openai
 
 from .config import EndpointConfig, ModelRole
 
+OUTAGE_STATUS = frozenset({502, 503, 504})
+"""Statuses that say the server (or every replica behind a router) is out, not the request."""
+
+
+class ServerDown(openai.APIConnectionError):
+    """A request not sent: the server is known down (its breaker is open: see
+    :mod:`.availability`)."""
+
+
+def is_outage(failure: BaseException) -> bool:
+    """Whether a request's final failure says the server is out: no connection (refused,
+    not found, none within the connect timeout, lost before an answer), or a 502, 503, 504.
+    Not a refused request, a busy server (429), or one that accepted the request and was
+    slow to answer (the read timeout: it is up, and a probe would say so)."""
+    if isinstance(failure, openai.APIStatusError):
+        return failure.status_code in OUTAGE_STATUS
+    if isinstance(failure, openai.APITimeoutError):
+        return _in_chain(failure, "ConnectTimeout")
+    return isinstance(failure, openai.APIConnectionError)
+
 
 @dataclass(frozen=True)
 class Tries:
@@ -46,6 +66,11 @@ def explain_failure(
     ``cause`` is the request's final error (the SDK's, or an error event); ``tries`` how many
     attempts it had and how long they took.
     """
+    if isinstance(cause, ServerDown):
+        return (
+            f"{config.base_url} is {cause.message}: the request was not sent. Check that the "
+            f"{role} vLLM server is up at that address."
+        )
     if isinstance(cause, openai.APITimeoutError) and not _in_chain(cause, "ConnectTimeout"):
         return (
             f"{config.base_url} accepted the request but sent nothing for "
@@ -71,6 +96,8 @@ def explain_failure(
 def public_reason(cause: BaseException, config: EndpointConfig) -> str:
     """Why a request failed, in words that name no address (no URL, no host): what a
     remote client of ``relaygen serve`` is told, while the log keeps the detail."""
+    if isinstance(cause, ServerDown):
+        return cause.message
     if isinstance(cause, openai.APITimeoutError):
         if _in_chain(cause, "ConnectTimeout"):
             return f"no connection within {config.connect_timeout:g} s"

@@ -304,7 +304,12 @@ class _Sent:
         self.url = url
 
     def sdk(self) -> Any:
-        return _REQUEST(self.method, self.url)
+        return sdk_request(self.method, self.url)
+
+
+def sdk_request(method: str, url: str) -> Any:
+    """A request object of the class the openai SDK's errors carry."""
+    return _REQUEST(method, url)
 
 
 def _session(tls: ssl.SSLContext | bool, timeout: aiohttp.ClientTimeout) -> aiohttp.ClientSession:

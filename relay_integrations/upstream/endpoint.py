@@ -30,9 +30,10 @@ import openai
 from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from ._failures import Tries, explain_failure, public_reason
+from ._failures import ServerDown, Tries, explain_failure, is_outage, public_reason
 from ._http import HttpClient, HttpResponse
 from ._stream_stops import StreamStops
+from .availability import Availability
 from .completion import CompletionRequest as CompletionRequest
 from .completion import StreamPiece as StreamPiece
 from .config import EndpointConfig, ModelRole
@@ -78,9 +79,12 @@ class UpstreamFailure(RelayError):
 
     @property
     def kind(self) -> UpstreamKind:
-        """How it failed, by the SDK's exception: refused (400), timed out, or otherwise."""
+        """How it failed, by the SDK's exception: refused (400), timed out, known down (its
+        breaker open: :mod:`.availability`), or otherwise."""
         if isinstance(self.cause, openai.BadRequestError):
             return "rejected"
+        if isinstance(self.cause, ServerDown):
+            return "unavailable"
         if isinstance(self.cause, openai.APITimeoutError):
             return "timeout"
         return "failed"
@@ -108,6 +112,14 @@ class Endpoint:
         self._api_path = urllib.parse.urlsplit(config.base_url).path.rstrip("/")
         self._root_path = urllib.parse.urlsplit(config.server_root).path.rstrip("/")
         self._slots = asyncio.Semaphore(config.max_concurrency)
+        self.availability = Availability(
+            role,
+            config.base_url,
+            self.probe,
+            probe_interval=config.probe_interval,
+            probe_timeout=config.connect_timeout,
+        )
+        """Whether the server is known down (a circuit breaker: :mod:`.availability`)."""
         self._model_info: ModelInfo | None = None
         self.stop_limit: int | None = config.max_stop_strings
         """Stop strings the server takes per request: configured, or learned from its first
@@ -135,15 +147,20 @@ class Endpoint:
     async def probe(self) -> str:
         """Whether the server answers ``GET /v1/models``, once, on the endpoint's own
         connections: ``"ok"``, or why not (a health check's answer; bound it with
-        ``asyncio.timeout``)."""
+        ``asyncio.timeout``). An answer closes the endpoint's breaker; a refused connection
+        (or a 502, 503, 504) opens it, so requests fail at once, not after their retries."""
         try:
             await self._json("GET", self._api_path + "/models")
-        except openai.APIStatusError as refused:
-            return f"answered {refused.status_code}"
-        except openai.APIResponseValidationError:
-            return "answered something that is not vLLM's OpenAI API"
         except openai.APIError as failed:
+            if is_outage(failed) and not isinstance(failed, openai.APITimeoutError):
+                # a refusal; not a probe that ran out of time (a busy server, a short bound)
+                self.availability.failed(public_reason(failed, self.config))
+            if isinstance(failed, openai.APIStatusError):
+                return f"answered {failed.status_code}"
+            if isinstance(failed, openai.APIResponseValidationError):
+                return "answered something that is not vLLM's OpenAI API"
             return f"unreachable: {public_reason(failed, self.config)}"
+        self.availability.up()
         return "ok"
 
     async def post_json(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -223,15 +240,20 @@ class Endpoint:
     async def _with_retries(self, call: Callable[[], Awaitable[T]]) -> T:
         """Run `call`, retrying what may pass; a final failure becomes UpstreamFailure.
 
+        While the server is known down (:attr:`availability`) nothing is sent: the failure
+        comes at once, and a retry loop stops at its next attempt. A final failure that says
+        the server is out opens the breaker.
+
         The first attempt runs outside tenacity, whose machinery costs about 15 us a request
         that nearly every request would pay for nothing; a failed first attempt is handed to
         tenacity as its own first, so logging and backoff are tenacity's throughout."""
         started, attempts = time.monotonic(), 1
         try:
+            self.availability.check()
             try:
                 return await call()
             except Exception as failed:
-                if not _is_retryable(failed) or self.config.max_retries == 0:
+                if not self._may_retry(failed) or self.config.max_retries == 0:
                     raise
                 first: Exception | None = failed
 
@@ -240,6 +262,7 @@ class Endpoint:
                 if first is not None:
                     failed, first = first, None
                     raise failed
+                self.availability.check()  # it may have gone down while this one waited
                 return await call()
 
             attempts = 0
@@ -249,6 +272,8 @@ class Endpoint:
                     return await again()
         # Not retryable (400, 401, an error event), or the last of the retries (reraise=True)
         except (openai.APIError, UpstreamErrorEvent) as final:
+            if is_outage(final) and not isinstance(final, ServerDown):
+                self.availability.failed(public_reason(final, self.config))
             tries = Tries(attempts, time.monotonic() - started)
             detail = explain_failure(final, self.role, self.config, tries)
             reason = public_reason(final, self.config)
@@ -309,12 +334,15 @@ class Endpoint:
 
     def _retrying(self) -> AsyncRetrying:
         return AsyncRetrying(
-            retry=retry_if_exception(_is_retryable),
+            retry=retry_if_exception(self._may_retry),
             stop=stop_after_attempt(self.config.max_retries + 1),
             wait=_wait_retry_after,
             before_sleep=self._log_retry,
             reraise=True,  # the last attempt's own error, explained in _with_retries
         )
+
+    def _may_retry(self, failed: BaseException) -> bool:
+        return _is_retryable(failed) and not self.availability.down
 
     def _log_retry(self, state: RetryCallState) -> None:
         failed = state.outcome.exception() if state.outcome else None

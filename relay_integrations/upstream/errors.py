@@ -17,5 +17,6 @@ class InvalidChatError(RenderError):
     """The server's chat template refused these messages or tools (the caller's to fix)."""
 
 
-UpstreamKind = Literal["rejected", "timeout", "failed"]
-"""How an upstream failed: it refused the request (400), it timed out, or anything else."""
+UpstreamKind = Literal["rejected", "timeout", "unavailable", "failed"]
+"""How an upstream failed: it refused the request (400), it timed out, it is known down (no
+request sent: its circuit breaker is open), or anything else."""

@@ -105,25 +105,31 @@ def openai_client(served: ServedRelay) -> openai.OpenAI:
 # --- refused connections --------------------------------------------------------------------
 
 
-def test_an_upstream_refusing_connections_gets_a_quick_502(upstream: ScriptedVLLM) -> None:
+def test_an_upstream_refusing_connections_gets_a_quick_502_then_503_while_known_down(
+    upstream: ScriptedVLLM,
+) -> None:
     late = capable_server()  # its port is bound but not listening: connections are refused
     with ExitStack() as later, kept_serving(relay(late.base_url, upstream.base_url)) as served:
         started = time.monotonic()
-        response = whole(served)
+        response = whole(served)  # found down: one retry, after 0.5 s
         assert response.status_code == 502
         assert_openai_error(
             response.json(), "upstream_failed", "the large model's server", "refused"
         )
         assert response.json()["error"]["type"] == "upstream_error"
 
-        status, (body,) = streamed(served)  # refused before any text: a status, not a 200
-        assert status == 502
-        assert_openai_error(body, "upstream_failed", "the large model's server", "refused")
+        # known down now: at once, 503 with Retry-After, a status and not a 200 when streamed
+        status, (body,) = streamed(served)
+        assert status == 503
+        assert_openai_error(body, "upstream_unavailable", "the large model's server", "known down")
+        assert "refused the connection" in body["error"]["message"]
+        assert body["error"]["type"] == "service_unavailable"
 
         with openai_client(served) as client:
             with pytest.raises(openai.InternalServerError) as raised:
                 client.chat.completions.create(model="large", messages=QUESTION)
-            assert raised.value.status_code == 502
+            assert raised.value.status_code == 503
+            assert raised.value.response.headers["retry-after"] == "1"
             with pytest.raises(openai.APIError):
                 list(
                     client.chat.completions.create(
@@ -132,8 +138,9 @@ def test_an_upstream_refusing_connections_gets_a_quick_502(upstream: ScriptedVLL
                         stream=True,
                     )
                 )
-        assert time.monotonic() - started < 15  # one retry each, after 0.5 s
-        later.enter_context(serving(late))  # the upstream comes up: the relay recovers
+        assert time.monotonic() - started < 15
+        later.enter_context(serving(late))  # the upstream comes up: a probe finds it
+        assert eventually(lambda: whole(served).status_code == 200)
 
 
 # --- 500s -----------------------------------------------------------------------------------

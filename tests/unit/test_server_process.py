@@ -8,11 +8,9 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -22,44 +20,17 @@ from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
 from tests.fakes.capable_model import capable_server
 from tests.fakes.chat_stream import stream_in_thread
 from tests.fakes.ports import free_port
-from tests.fakes.relay_env import healthy, recording, relay_server_env
+from tests.fakes.relay_env import Served, relay_server_env
+from tests.fakes.relay_env import relaygen_serve as serve_with_env
 
 EXITED_ON_SIGTERM = (0, -signal.SIGTERM)  # uvicorn re-raises the signal after its shutdown
 
 
-@dataclass
-class Served:
-    """A running ``relaygen serve``, its URL and the JSON records it has logged so far."""
-
-    process: subprocess.Popen[str]
-    url: str
-    records: list[dict[str, Any]]
-    reader: threading.Thread  # ends once the process has exited and its stderr is read
-
-
 @contextmanager
 def relaygen_serve(upstream: ScriptedVLLM, *args: str) -> Iterator[Served]:
-    """``relaygen serve`` on a free port, endpoints from RELAY_* variables, once /health
-    answers 200 (within 60 s: a loaded machine imports slowly)."""
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "relay_integrations.cli", "serve", *args],
-        env=relay_server_env(upstream, port),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    served = Served(process, f"http://127.0.0.1:{port}", *recording(process))
-    try:
-        deadline = time.monotonic() + 60
-        while not healthy(served.url):
-            assert process.poll() is None, f"exited: {served.records}"
-            assert time.monotonic() < deadline, f"no /health 200 in 60 s: {served.records}"
-            time.sleep(0.05)
+    """``relaygen serve`` on a free port, its endpoints on `upstream`, once it serves."""
+    with serve_with_env(relay_server_env(upstream, free_port()), *args) as served:
         yield served
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(10)
 
 
 def test_sigterm_lets_a_stream_finish_and_refuses_new_connections() -> None:

@@ -170,9 +170,12 @@ async def test_small_endpoint_failing_with_raise_policy_keeps_the_partial_text()
 
 
 async def test_large_endpoint_failing_raises_with_partial_text() -> None:
+    """With no time to wait for the large model's server (the resume budget: see
+    test_outages_scripted.py), its 502s end the generation with the text so far."""
     large = ScriptedModel("large", TRACE, faults=[Fault()] + [Fault(502)] * 3)
     small = ScriptedModel("small", TRACE)
-    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
+    config = make_config(server := ScriptedVLLM(large, small), resume_wait_seconds=0)
+    async with server, RelaySwitcher(config) as relay:
         with pytest.raises(EndpointError, match="large endpoint") as caught:
             await relay.generate(MESSAGES)
     assert caught.value.partial is not None
