@@ -1,5 +1,5 @@
-"""``python -m benchmarks gpu-speed | server-load | client-cost | authors-loop [options]`` (see
-the package)."""
+"""``python -m benchmarks gpu-speed | server-load | client-cost | health-probe | authors-loop
+[options]`` (see the package)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ import sys
 from collections.abc import Sequence
 
 USAGE = (
-    "usage: python -m benchmarks {gpu-speed,server-load,client-cost,authors-loop} [options] "
+    "usage: python -m benchmarks "
+    "{gpu-speed,server-load,client-cost,health-probe,authors-loop} [options] "
     "(--help each)"
 )
 BENCHMARKS = {  # each one's package; its cli module has main(argv) -> exit status
     "gpu-speed": "gpu_speed",
     "server-load": "server_load",
     "client-cost": "client_cost",
+    "health-probe": "health_probe",
     "authors-loop": "authors_loop",
 }
 

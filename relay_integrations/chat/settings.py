@@ -84,6 +84,7 @@ _SHARED_ENDPOINT_FIELDS = {
     "connect_timeout": "connect_timeout",
     "max_retries": "max_retries",
     "max_concurrency": "max_concurrency",
+    "probe_interval": "probe_interval",
     "default_headers": "extra_headers",
     "extra_body": "extra_body",
     "verify": "verify",
@@ -164,6 +165,7 @@ class RelaySettings(BaseModel):
     connect_timeout: float = _same_as(EndpointConfig, "connect_timeout")
     max_retries: int = _same_as(EndpointConfig, "max_retries")
     max_concurrency: int = _same_as(EndpointConfig, "max_concurrency")
+    probe_interval: float = _same_as(EndpointConfig, "probe_interval")
     cues: str | list[str] = Field(
         default=_default(RelayConfig, "cues"),
         description="Cue artifact path (relaygen calibrate), 'builtin:NAME', or a list of cues",

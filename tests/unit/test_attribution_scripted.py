@@ -19,7 +19,7 @@ from llama_index.core.base.llms.types import ChatMessage
 
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
-from relay_integrations.relay import RelayResult, RelaySwitcher
+from relay_integrations.relay import EndpointError, RelayResult, RelaySwitcher, SwitchPolicy
 from relay_integrations.server import RelayServer
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM
 from tests.fakes.capable_model import capable_relay_config, relay_fields
@@ -166,3 +166,23 @@ def test_relaygen_serve_chunks_name_their_model(served: ServedRelay, relay_runs:
     )
     assert runs(pieces) == relay_runs
     assert final["relay"]["model"] == final["relay"]["segments"][-1]["model"]
+
+
+def test_a_generation_without_the_small_model_says_so_in_both_adapters(
+    server: ScriptedVLLM,
+) -> None:
+    """The small model's server refuses connections: the large model writes everything, and
+    LangChain's and LlamaIndex's response metadata say the generation ran degraded, and why;
+    with the raise policy, the call fails instead."""
+    down = ScriptedVLLM()  # its port is bound but not listening: connections are refused
+    fields = relay_fields(server.base_url, small_url=down.base_url, max_retries=0)
+    message = RelayChatModel(**fields).invoke(QUESTION)
+    reply = RelayLLM(**fields).chat([ChatMessage(role="user", content=QUESTION)])
+    for relay in (message.response_metadata["relay"], reply.additional_kwargs["relay"]):
+        assert relay["degraded"].startswith("the small model's server failed: ")
+        assert {s["model"] for s in relay["segments"]} == {"large"}
+    planned = RelayChatModel(**relay_fields(server.base_url)).invoke(QUESTION)
+    assert planned.response_metadata["relay"]["degraded"] is None
+    strict = {**fields, "policy": SwitchPolicy(cooldown_tokens=0, on_small_failure="raise")}
+    with pytest.raises(EndpointError, match="small endpoint"):
+        RelayChatModel(**strict).invoke(QUESTION)
