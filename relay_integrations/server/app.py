@@ -230,17 +230,25 @@ class RelayServer:
         return JSONResponse({"status": "ok"})
 
     async def health(self, request: Request) -> Response:
-        """Readiness (``/health``, ``/readyz``): 200 when both upstream servers answer
-        ``/v1/models``; 503 with the reason if not, and while draining. The checks go on the
-        relay's own connections, and one answers every probe for ``health_cache_seconds``
-        (probes that arrive together share it)."""
+        """Readiness (``/health``, ``/readyz``): 200 when the upstream servers answer
+        ``/v1/models``: ``"ok"`` with both, ``"degraded"`` with the large one alone (it
+        writes everything; unless ``SwitchPolicy.on_small_failure`` is ``"raise"``); 503
+        with the reason if not, and while draining. The checks go on the relay's own
+        connections, and one answers every probe for ``health_cache_seconds`` (probes that
+        arrive together share it)."""
         if self.draining:
             return JSONResponse({"status": "draining"}, status_code=503)
         large, small = await self._upstream_states()
-        ready = large == small == "ok"
+        degrades = self.switcher.config.policy.on_small_failure == "use_large"
+        if large == small == "ok":
+            status = "ok"
+        elif large == "ok" and degrades:
+            status = "degraded"
+        else:
+            status = "unavailable"
         return JSONResponse(
-            {"status": "ok" if ready else "unavailable", "large": large, "small": small},
-            status_code=200 if ready else 503,
+            {"status": status, "large": large, "small": small},
+            status_code=503 if status == "unavailable" else 200,
         )
 
     async def metrics_text(self, request: Request) -> Response:

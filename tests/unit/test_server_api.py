@@ -355,16 +355,35 @@ def test_health_is_ok_when_both_upstreams_answer(served: ServedRelay) -> None:
     assert response.json() == {"status": "ok", "large": "ok", "small": "ok"}
 
 
-def test_health_is_503_naming_an_unreachable_upstream(upstream: ScriptedVLLM) -> None:
+@pytest.mark.parametrize("policy", ["use_large", "raise"])
+def test_health_names_an_unreachable_small_upstream(upstream: ScriptedVLLM, policy: str) -> None:
+    """The large model alone can serve (degraded, 200) unless the policy says raise (503)."""
     with refusing_port() as port:
         config = relay_config(upstream.base_url, small_url=f"http://127.0.0.1:{port}/v1")
+        policy_update = config.policy.model_copy(update={"on_small_failure": policy})
+        config = config.model_copy(update={"policy": policy_update})
+        with relay_http(RelayServer(config)) as served:
+            response = httpx.get(f"{served.url}/health")
+    body = response.json()
+    if policy == "use_large":
+        assert (response.status_code, body["status"]) == (200, "degraded")
+    else:
+        assert (response.status_code, body["status"]) == (503, "unavailable")
+    assert body["large"] == "ok"
+    assert body["small"].startswith("unreachable")
+
+
+def test_health_is_503_naming_an_unreachable_large_upstream(upstream: ScriptedVLLM) -> None:
+    with refusing_port() as port:
+        config = relay_config(f"http://127.0.0.1:{port}/v1", small_url=upstream.base_url)
         with relay_http(RelayServer(config)) as served:
             response = httpx.get(f"{served.url}/health")
     assert response.status_code == 503
-    body = response.json()
-    assert body["status"] == "unavailable"
-    assert body["large"] == "ok"
-    assert body["small"].startswith("unreachable")
+    assert response.json() == {
+        "status": "unavailable",
+        "large": "unreachable: it refused the connection",
+        "small": "ok",
+    }
 
 
 # --- metrics --------------------------------------------------------------------------------
