@@ -118,6 +118,14 @@ class Availability:
                 return False
         return True
 
+    async def aclose(self) -> None:
+        """Cancel a probe in flight (before the endpoint closes its connections)."""
+        probing, self._probing = self._probing, None
+        if probing is not None and not probing.done():
+            probing.cancel()
+            if probing.get_loop() is asyncio.get_running_loop():
+                await asyncio.gather(probing, return_exceptions=True)
+
     def _probe_if_due(self) -> asyncio.Task[None] | None:
         """The probe in flight on this event loop, or a new one if one is due, else None."""
         probing = self._probing

@@ -126,6 +126,7 @@ class Endpoint:
         refusal of a longer list; None while unknown (all are sent)."""
 
     async def aclose(self) -> None:
+        await self.availability.aclose()
         await self._http.aclose()
 
     async def model_info(self) -> ModelInfo:
