@@ -1,6 +1,7 @@
 """The relay as an OpenAI-compatible HTTP server (Starlette), over one shared switcher.
 
-Routes: ``POST /v1/chat/completions`` (streamed or whole), ``GET /v1/models``, ``GET /health``
+Routes: ``POST /v1/chat/completions`` and ``POST /v1/responses`` (streamed or whole),
+``GET /v1/models``, ``GET /health``
 and ``GET /readyz`` (200 only when both upstream servers answer), ``GET /livez`` (the process
 answers), ``GET /metrics`` (Prometheus). Clients choose the
 model name and the request, never the upstream servers. Run it with ``relaygen serve``, or
@@ -40,13 +41,23 @@ from .generation import GenerationResponse
 from .logs import log, request_id
 from .metrics import RelayMetrics
 from .protocol import ChatCompletionRequest, parse_body
-from .responses import ResponseShaper
+from .responses import ChatCompletionsWire, ResponseShaper
+from .responses_output import ResponsesWire
+from .responses_request import ResponsesRequest
 from .settings import ServerSettings
 
 REQUEST_ID_HEADER = "x-request-id"
 CUT_AHEAD = 0.5
 """Seconds before the shutdown timeout at which streams still running are ended."""
-ROUTES = ("/v1/chat/completions", "/v1/models", "/health", "/readyz", "/livez", "/metrics")
+ROUTES = (
+    "/v1/chat/completions",
+    "/v1/responses",
+    "/v1/models",
+    "/health",
+    "/readyz",
+    "/livez",
+    "/metrics",
+)
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")
 
 
@@ -98,6 +109,7 @@ class RelayServer:
         app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+                Route("/v1/responses", self.responses, methods=["POST"]),
                 Route("/v1/models", self.models, methods=["GET"]),
                 Route("/health", self.health, methods=["GET"]),
                 Route("/readyz", self.health, methods=["GET"]),
@@ -184,26 +196,43 @@ class RelayServer:
         if self.draining:
             raise ApiError(503, "the relay is shutting down; retry on another replica")
         body = ChatCompletionRequest.of(parse_body(await self._body(request)), self.settings)
-        if body.model not in self.model_names:
-            raise ApiError(
-                404,
-                f"the model {body.model!r} does not exist on this server; it serves "
-                f"{self.model_names}",
-                param="model",
-                code="model_not_found",
-            )
+        self._check_model(body.model)
         generation_id = _generation_id(request.scope["state"]["request_id"], request)
         turn = body.chat_request(self.config.sampling, generation_id, self.request_hook)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        shaper = ResponseShaper(id=generation_id, model=body.model)
+        wire = ChatCompletionsWire(shaper, include_usage)
         return GenerationResponse(
-            self.switcher,
-            self.admission,
-            turn,
-            ResponseShaper(id=generation_id, model=body.model),
-            stream=body.stream,
-            include_usage=include_usage,
-            cut=self.cut,
+            self.switcher, self.admission, turn, wire, stream=body.stream, cut=self.cut
         )
+
+    async def responses(self, request: Request) -> Response | GenerationResponse:
+        """``POST /v1/responses``: the same relay, in the Responses API's shapes."""
+        if self.draining:
+            raise ApiError(503, "the relay is shutting down; retry on another replica")
+        body = ResponsesRequest.of(parse_body(await self._body(request)), self.settings)
+        self._check_model(body.model)
+        generation_id = _generation_id(request.scope["state"]["request_id"], request, "resp_")
+        turn = body.chat_request(self.config.sampling, generation_id, self.request_hook)
+        assert turn.sampling is not None  # chat_request sets it
+        wire = ResponsesWire(
+            generation_id,
+            body.model,
+            body.echo(turn.sampling),
+            parallel_tool_calls=turn.parallel_tool_calls,
+        )
+        return GenerationResponse(
+            self.switcher, self.admission, turn, wire, stream=body.stream, cut=self.cut
+        )
+
+    def _check_model(self, model: str) -> None:
+        if model not in self.model_names:
+            raise ApiError(
+                404,
+                f"the model {model!r} does not exist on this server; it serves {self.model_names}",
+                param="model",
+                code="model_not_found",
+            )
 
     async def models(self, request: Request) -> Response:
         """The served names, with the large model's root and context window when it answers."""
@@ -374,16 +403,17 @@ def _sized(config: RelayConfig, generations: int) -> RelayConfig:
     return config.model_copy(update=sized)
 
 
-def _generation_id(rid: str, request: Request) -> str:
-    """The upstream id: the request id we made, or the client's plus a unique suffix.
+def _generation_id(rid: str, request: Request, prefix: str = "chatcmpl-") -> str:
+    """The upstream id (`prefix`: the API's, ``chatcmpl-`` or ``resp_``): the request id we
+    made, or the client's plus a unique suffix.
 
     The client's id goes upstream in headers, so it is cut to 64 header-safe characters
     (any other character becomes ``_``); the response header still echoes it as sent.
     """
     if REQUEST_ID_HEADER in request.headers:
         safe = _UNSAFE_ID.sub("_", rid[:64])
-        return f"chatcmpl-{safe}-{uuid.uuid4().hex[:8]}"
-    return f"chatcmpl-{rid}"
+        return f"{prefix}{safe}-{uuid.uuid4().hex[:8]}"
+    return f"{prefix}{rid}"
 
 
 async def _api_error_response(request: Request, exc: Exception) -> Response:

@@ -84,24 +84,33 @@ OFF_VALUES: Mapping[str, tuple[Any, ...]] = {
 """Values of refused fields that ask for nothing the relay lacks; they are accepted (null too)."""
 
 
-def refuse_field(name: str, value: Any, accepted: Collection[str]) -> None:
-    """Refuse an undeclared field: with its reason, or as unknown (with the closest name).
+def refuse_field(
+    name: str,
+    value: Any,
+    accepted: Collection[str],
+    *,
+    refused: Mapping[str, str] = REFUSED,
+    off_values: Mapping[str, tuple[Any, ...]] = OFF_VALUES,
+    requests: str = "chat completion requests",
+) -> None:
+    """Refuse an undeclared field: with its reason (`refused`), or as unknown (with the
+    closest name of `accepted`), naming the `requests` it is not a field of.
 
     A refused field set to null or to its off value (``store: false``) asks for nothing, so
     it passes.
     """
-    if name in REFUSED:
+    if name in refused:
         if value is None or any(
-            value == off and type(value) is type(off) for off in OFF_VALUES.get(name, ())
+            value == off and type(value) is type(off) for off in off_values.get(name, ())
         ):
             return
-        raise ApiError(400, f"{name}: {REFUSED[name]}", param=name, code="unsupported_parameter")
+        raise ApiError(400, f"{name}: {refused[name]}", param=name, code="unsupported_parameter")
     shown = name if len(name) <= 64 else name[:64] + "..."
     close = difflib.get_close_matches(name, accepted, n=1) if len(name) <= 64 else []
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise ApiError(
         400,
-        f"{shown!r} is not a field of the chat completion requests this relay takes{hint} "
+        f"{shown!r} is not a field of the {requests} this relay takes{hint} "
         "(the fields and what the relay does with each: docs/deployment.md)",
         param=shown,
         code="unknown_parameter",

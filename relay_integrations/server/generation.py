@@ -1,14 +1,17 @@
-"""One chat completion on the relay, as an ASGI response that owns its generation.
+"""One generation on the relay (a chat completion, a Responses API response), as an ASGI
+response that owns it.
 
 The response runs the generation in a task and listens to the client at the same time: a
 client that disconnects cancels the task, which closes the upstream streams, and vLLM aborts
-those requests. A slot of the concurrency limit is held exactly as long as the task runs::
+those requests. A slot of the concurrency limit is held exactly as long as the task runs. How
+the answer is written is the API's :class:`Wire` (``ChatCompletionsWire``, ``ResponsesWire``)::
 
-    return GenerationResponse(switcher, admission, request, shaper, stream=True)
+    return GenerationResponse(switcher, admission, request, wire, stream=True)
 
-Failures after the stream has started cannot change the status code; they arrive as an
-OpenAI-shaped ``{"error": ...}`` event before ``[DONE]`` (the ``openai`` SDKs raise it), after
-all the text produced before the failure, so nothing already written is lost.
+Failures after the stream has started cannot change the status code; they arrive as the
+API's error event (chat completions: an OpenAI-shaped ``{"error": ...}`` before ``[DONE]``;
+Responses: ``response.failed``), which the ``openai`` SDKs raise, after all the text produced
+before the failure, so nothing already written is lost.
 """
 
 from __future__ import annotations
@@ -16,11 +19,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from starlette.types import Receive, Scope, Send
 
-from ..chat.exchange import ChatRequest, ChatResponse, stream_chat
+from ..chat.exchange import ChatEvent, ChatRequest, ChatResponse, stream_chat
 from ..relay.errors import ContextOverflowError, CueArtifactError, EndpointError
 from ..relay.final_event import final_event
 from ..relay.result import RelayResult
@@ -29,7 +32,6 @@ from ..upstream.errors import InvalidChatError
 from .admission import Admission
 from .errors import ApiError
 from .logs import log, request_id
-from .responses import ResponseShaper
 
 T = TypeVar("T")
 RETRY_SOON = {"retry-after": "1"}
@@ -41,26 +43,35 @@ SSE_HEADERS = [
 ]
 
 
+class Wire(Protocol):
+    """How one API writes a generation: the whole object, or the stream's events (each a
+    whole SSE event, ``data: ...\n\n``)."""
+
+    def whole(self, response: ChatResponse) -> dict[str, Any]: ...
+    def opening(self) -> list[bytes]: ...
+    def event(self, event: ChatEvent) -> list[bytes]: ...
+    def closing(self, response: ChatResponse) -> list[bytes]: ...
+    def failure(self, error: ApiError) -> list[bytes]: ...
+
+
 class GenerationResponse:
-    """The ASGI response of one chat completion, streamed (SSE) or whole (JSON)."""
+    """The ASGI response of one generation, streamed (SSE) or whole (JSON)."""
 
     def __init__(
         self,
         switcher: RelaySwitcher,
         admission: Admission,
         request: ChatRequest,
-        shaper: ResponseShaper,
+        wire: Wire,
         *,
         stream: bool,
-        include_usage: bool = False,
         cut: asyncio.Event | None = None,
     ) -> None:
         self.switcher = switcher
         self.admission = admission
         self.request = request
-        self.shaper = shaper
+        self.wire = wire
         self.stream = stream
-        self.include_usage = include_usage
         self.cut = cut if cut is not None else asyncio.Event()
         """Set when the server's shutdown ends the generations still running."""
         self.result: RelayResult | None = None
@@ -95,9 +106,7 @@ class GenerationResponse:
         if not self._sent_head:
             await self._send_error(send, error)
             return
-        for data in (json.dumps(error.body()), "[DONE]"):
-            body = f"data: {data}\n\n".encode()
-            await send({"type": "http.response.body", "body": body, "more_body": True})
+        await _write(send, self.wire.failure(error))
         await send({"type": "http.response.body", "body": b""})
 
     async def _whole(self, send: Send) -> None:
@@ -106,17 +115,13 @@ class GenerationResponse:
         except ApiError as error:
             await self._send_error(send, error)
             return
-        await _send_json(send, 200, self.shaper.completion(response))
+        await _send_json(send, 200, self.wire.whole(response))
 
     async def _send_error(self, send: Send, error: ApiError) -> None:
         await _send_json(send, error.status, error.body(), error.headers)
 
     async def _stream(self, send: Send) -> None:
-        async def event(data: dict[str, Any] | str) -> None:
-            text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-            body = f"data: {text}\n\n".encode()
-            await send({"type": "http.response.body", "body": body, "more_body": True})
-
+        wire = self.wire
         chat_events = stream_chat(self.switcher, self.request)
         try:
             # The status waits for the first event: a chat the template refuses or an
@@ -127,21 +132,18 @@ class GenerationResponse:
             return
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         self._sent_head = True
-        await event(self.shaper.first_chunk())
+        await _write(send, wire.opening())
         try:
             async for chat_event in _prepend(first, chat_events):
                 if isinstance(chat_event, ChatResponse):
                     self.result = chat_event.result
-                    await event(self.shaper.final_chunk(chat_event))
-                    if self.include_usage:
-                        await event(self.shaper.usage_chunk(chat_event))
+                    await _write(send, wire.closing(chat_event))
                 else:
-                    await event(self.shaper.chunk(chat_event))
+                    await _write(send, wire.event(chat_event))
         except Exception as failure:  # after the 200: the error travels as an event
-            await event(self._api_error(failure).body())
+            await _write(send, wire.failure(self._api_error(failure)))
         finally:
             await chat_events.aclose()
-        await event("[DONE]")
         await send({"type": "http.response.body", "body": b""})
 
     async def _respond(self) -> ChatResponse:
@@ -211,6 +213,11 @@ async def _send_json(
         }
     )
     await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+
+
+async def _write(send: Send, events: list[bytes]) -> None:
+    for body in events:
+        await send({"type": "http.response.body", "body": body, "more_body": True})
 
 
 async def _prepend(first: T, rest: AsyncIterator[T]) -> AsyncIterator[T]:

@@ -38,7 +38,7 @@ from .fields import IGNORED_FIELDS, refuse_field
 from .settings import ServerSettings
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
-_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_JSON_DEPTH = 64
 """Containers inside containers a body may nest (a tool's JSON schema ~25 levels deep fits);
 deeper bodies are refused before anything walks them recursively."""
@@ -63,7 +63,7 @@ class _Function(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, name: str) -> str:
-        if not _TOOL_NAME.match(name):
+        if not TOOL_NAME.match(name):
             raise ValueError("a function name is 1-64 letters, digits, '_' or '-'")
         return name
 
@@ -136,14 +136,7 @@ class ChatCompletionRequest(OptionalSampling):
         try:
             request = cls.model_validate(declared)
         except ValidationError as invalid:
-            errors = invalid.errors()
-            # a union's branches each fail; the one that got furthest names the problem
-            first = max(
-                (e for e in errors if e["loc"][:1] == errors[0]["loc"][:1]),
-                key=lambda e: len(e["loc"]),
-            )
-            param = _param(first["loc"])
-            raise ApiError(400, f"{param}: {first['msg']}", param=param) from None
+            raise pydantic_error(invalid) from None
         request._check(limits)
         return request
 
@@ -264,6 +257,18 @@ class ChatCompletionRequest(OptionalSampling):
             return JsonObjectFormat()
         assert response_format.json_schema is not None  # checked in _check
         return JsonSchemaFormat(response_format.json_schema.schema_)
+
+
+def pydantic_error(invalid: ValidationError) -> ApiError:
+    """A request model's validation error as a 400 naming the field."""
+    errors = invalid.errors()
+    # a union's branches each fail; the one that got furthest names the problem
+    first = max(
+        (e for e in errors if e["loc"][:1] == errors[0]["loc"][:1]),
+        key=lambda e: len(e["loc"]),
+    )
+    param = _param(first["loc"])
+    return ApiError(400, f"{param}: {first['msg']}", param=param)
 
 
 class _BadNumber(ValueError):

@@ -18,8 +18,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..chat.exchange import ChatResponse, ContentDelta, ReasoningDelta, ToolCallDelta, openai_usage
+from ..chat.exchange import (
+    ChatEvent,
+    ChatResponse,
+    ContentDelta,
+    ReasoningDelta,
+    ToolCallDelta,
+    openai_usage,
+)
 from ..chat.tool_calls import InvalidToolCall, ToolCall
+from .errors import ApiError
 
 
 def tool_call(call: ToolCall | InvalidToolCall) -> dict[str, Any]:
@@ -109,6 +117,42 @@ class ResponseShaper:
             "model": self.model,
             "choices": choices,
         }
+
+
+@dataclass
+class ChatCompletionsWire:
+    """A chat completion as :class:`~.generation.GenerationResponse` writes it: the
+    ``chat.completion`` object, or its chunks as ``data:`` events ending in ``[DONE]``
+    (`include_usage`: a last chunk with the usage, as ``stream_options`` asks)."""
+
+    shaper: ResponseShaper
+    include_usage: bool = False
+
+    def whole(self, response: ChatResponse) -> dict[str, Any]:
+        return self.shaper.completion(response)
+
+    def opening(self) -> list[bytes]:
+        return [_data(self.shaper.first_chunk())]
+
+    def event(self, event: ChatEvent) -> list[bytes]:
+        assert isinstance(event, ReasoningDelta | ContentDelta | ToolCallDelta)
+        return [_data(self.shaper.chunk(event))]
+
+    def closing(self, response: ChatResponse) -> list[bytes]:
+        events = [_data(self.shaper.final_chunk(response))]
+        if self.include_usage:
+            events.append(_data(self.shaper.usage_chunk(response)))
+        return [*events, DONE]
+
+    def failure(self, error: ApiError) -> list[bytes]:
+        return [_data(error.body()), DONE]
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+def _data(chunk: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"
 
 
 def _relay_fields(response: ChatResponse) -> dict[str, Any]:
