@@ -44,11 +44,17 @@ Status = Literal["in_progress", "completed", "incomplete", "failed"]
 
 
 def responses_usage(result: RelayResult) -> dict[str, Any]:
-    """Usage in the Responses API's shape, over both models and all their requests (cached
-    tokens 0 when a server did not report them: ``relay.usage`` says which)."""
+    """Usage in the Responses API's shape, over both models and all their requests. Cached
+    tokens are those the prefix caches served; cache writes the rest of the input, which vLLM's
+    prefix caching computes and keeps (in whole blocks). Both are 0 when a server did not
+    report its cached tokens (``relay.usage`` says which: ``cache_unreported``)."""
+    cached = result.cached_tokens
     return {
         "input_tokens": result.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": result.cached_tokens or 0},
+        "input_tokens_details": {
+            "cached_tokens": cached or 0,
+            "cache_write_tokens": 0 if cached is None else result.prompt_tokens - cached,
+        },
         "output_tokens": result.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": result.reasoning_tokens},
         "total_tokens": result.prompt_tokens + result.completion_tokens,
@@ -135,13 +141,16 @@ class ResponsesWire:
 
     def failure(self, error: ApiError) -> list[bytes]:
         """The events that end a stream that failed: what was written, as items left
-        incomplete, and ``response.failed`` with the error (and the relay's partial result
-        when there is one)."""
+        incomplete, and ``response.failed`` with the error (``relay.error``: the relay's own
+        status and code, as chat completions gives them; ``relay.partial``: the partial
+        result, when there is one)."""
         events = self._close_open(status="incomplete")
         failed = self._response("failed", list(self._items), None)
-        failed["error"] = {"code": error.code or error.kind, "message": error.message}
-        if "relay" in error.extra:
-            failed["relay"] = error.extra["relay"]
+        failed["error"] = {"code": _error_code(error.status), "message": error.message}
+        failed["relay"] = {
+            "error": {"status": error.status, "code": error.code or error.kind},
+            **error.extra.get("relay", {}),
+        }
         events.append(self._event("response.failed", response=failed))
         return events
 
@@ -291,6 +300,14 @@ def _function_call(item_id: str, call: ToolCall, status: Status) -> dict[str, An
         "arguments": json.dumps(call.arguments, ensure_ascii=False),
         "status": status,
     }
+
+
+def _error_code(status: int) -> str:
+    """The Responses API's error code for a failure the relay answers `status` for (the
+    API's codes are a fixed list; the relay's own code is in ``relay.error``)."""
+    if status == 429:
+        return "rate_limit_exceeded"
+    return "invalid_prompt" if status == 400 else "server_error"
 
 
 def _status(result: RelayResult) -> Status:
