@@ -228,3 +228,31 @@ async def test_a_client_that_disconnects_cancels_the_vllm_request(
         await asyncio.sleep(0.1)
     assert await running_requests(qwen_large.root) == 0  # vLLM aborted the request
     assert free.relay.inflight == 0
+
+
+def test_a_streamed_response_matches_the_chat_completion_for_the_same_seed(
+    reasoning_forced: ServedRelay,
+) -> None:
+    """``/v1/responses`` on the real pair: the reasoning (forced, with both cues: the models
+    switch) comes as a reasoning item, the answer (the small model's own, sampled with the
+    seed) as output text, both as the chat completion with the same seed has them."""
+    client = sync_client(reasoning_forced)
+    chat = client.chat.completions.create(model=MODEL, messages=LONG_CHAT, seed=11, max_tokens=200)
+    stream = client.responses.create(
+        model=MODEL, input=LONG_CHAT, max_output_tokens=200, stream=True, extra_body={"seed": 11}
+    )
+    events = list(stream)
+    kinds = [event.type for event in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] in ("response.completed", "response.incomplete")
+    assert kinds.index("response.reasoning_text.done") < kinds.index("response.output_text.delta")
+    final = events[-1].response
+    reasoning, message = final.output
+    message_extra = chat.choices[0].message.model_extra or {}
+    assert reasoning.content[0].text == message_extra["reasoning"] == REASONING
+    assert message.content[0].text == chat.choices[0].message.content
+    streamed = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert streamed.strip() == message.content[0].text
+    relay = final.model_extra["relay"]
+    assert relay["switches"] == (chat.model_extra or {})["relay"]["switches"] >= 1
+    assert final.usage.output_tokens == chat.usage.completion_tokens
