@@ -205,7 +205,8 @@ def test_parse_with_a_pydantic_model(client: openai.OpenAI) -> None:
         model="large", input="Give the city Paris and the temperature 21", text_format=Answer
     )
     assert parsed.output_parsed == Answer(city="Paris", temperature=21)
-    assert parsed.text is not None and parsed.text.format.type == "json_schema"  # echoed
+    echoed = parsed.text.format if parsed.text else None
+    assert echoed is not None and echoed.type == "json_schema"
 
 
 def test_the_budget_ends_a_response_incomplete(client: openai.OpenAI, served: ServedRelay) -> None:

@@ -7,7 +7,7 @@ starts ends with a terminal event. ``RELAY_FUZZ_SCALE`` scales the counts as the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -93,7 +93,7 @@ items = st.fixed_dictionaries(
 )
 
 
-def fuzz_settings(name: str) -> Any:
+def fuzz_settings(name: str) -> Callable[[Any], Any]:
     return settings(
         max_examples=max(1, round(EXAMPLES[name] * SCALE)),
         deadline=None,
