@@ -17,6 +17,12 @@ import pytest
 
 from relay_integrations.server import RelayServer
 from relay_integrations.server.fields import IGNORED_FIELDS, REFUSED
+from relay_integrations.server.responses_request import (
+    RESPONSES_IGNORED,
+    RESPONSES_OFF_VALUES,
+    RESPONSES_REFUSED,
+    ResponsesRequest,
+)
 from relay_integrations.testing.qwen3_template import THINKING_OFF
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM
 from tests.fakes.capable_model import WEATHER_TOOL as TOOL
@@ -214,3 +220,18 @@ def test_the_docs_table_has_each_field_with_its_fate() -> None:
         assert row.fate in documented[name], (name, documented[name])
     assert "any other field" in documented
     assert set(REFUSED) | set(IGNORED_FIELDS) <= set(documented)  # no fate left undocumented
+
+
+def test_the_responses_table_has_each_field_with_its_fate() -> None:
+    text = DOCS.read_text()
+    table = text.split("<!-- responses request fields -->", 1)[1].split("\n\n", 1)[0]
+    documented: dict[str, str] = {}
+    for cell, fate in re.findall(r"^\| ([^|]+) \| ([^|]+) \|", table, flags=re.M):
+        for name in re.findall(r"`([^`]+)`", cell):
+            documented[name] = fate.strip()
+    assert set(ResponsesRequest.model_fields) <= set(documented)
+    assert {documented[name] for name in RESPONSES_IGNORED} == {"ignored"}
+    for name in RESPONSES_REFUSED:
+        off = "honoured when" if name in RESPONSES_OFF_VALUES else "refused"
+        assert documented[name].startswith(off), (name, documented[name])
+    assert "any other field" in documented
