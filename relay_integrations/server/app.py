@@ -1,11 +1,10 @@
 """The relay as an OpenAI-compatible HTTP server (Starlette), over one shared switcher.
 
 Routes: ``POST /v1/chat/completions`` and ``POST /v1/responses`` (streamed or whole),
-``GET /v1/models``, ``GET /health``
-and ``GET /readyz`` (200 only when both upstream servers answer), ``GET /livez`` (the process
-answers), ``GET /metrics`` (Prometheus). Clients choose the
-model name and the request, never the upstream servers. Run it with ``relaygen serve``, or
-build the app yourself (any ASGI server)::
+``GET /v1/models``, ``GET /health`` and ``GET /readyz`` (200 while the large model's server
+answers: ``"degraded"`` without the small one), ``GET /livez`` (the process answers), ``GET
+/metrics`` (Prometheus). Clients choose the model name and the request, never the upstream
+servers. Run it with ``relaygen serve``, or build the app yourself (any ASGI server)::
 
     server = RelayServer(RelayConfig.from_env(), ServerSettings.from_env())
     app = server.app()  # uvicorn.run(app), hypercorn, ...

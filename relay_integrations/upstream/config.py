@@ -124,8 +124,8 @@ class EndpointConfig(Frozen):
         default=1.0,
         gt=0,
         description="While the server is known down (a request failed for good with no "
-        "connection, a timeout or a 502/503/504), requests to it fail at once and it is "
-        "probed (GET /v1/models) at most this often; the first answer brings it back",
+        "connection or a 502/503/504), requests to it fail at once and it is probed "
+        "(GET /v1/models) at most this often; the first answer brings it back",
     )
     max_concurrency: int = Field(
         default=64, ge=1, description="Requests in flight to this endpoint at once"
