@@ -25,11 +25,11 @@ import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Generator
 from typing import Any, Literal, TypeVar, overload
 
-from ..relay._sync import shared_loop
 from ..relay.config import RelayConfig
 from ..relay.cues import CueSet
 from ..relay.final_event import final_event
 from ..relay.switcher import RelaySwitcher
+from ..relay.sync import shared_loop
 from ..upstream.rendering import PromptRenderer
 from .exchange import ChatEvent, ChatRequest, ChatResponse, ToolCallChunk, stream_chat
 

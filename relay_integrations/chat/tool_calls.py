@@ -58,7 +58,7 @@ class InvalidToolCall:
 @dataclass(frozen=True)
 class PartialToolCall:
     """A call as far as it is written: its name once written in full, its arguments so far
-    (strings as far as written, numbers once they end; see :mod:`.partial_json`)."""
+    (strings as far as written, numbers once they end; see :mod:`._partial_json`)."""
 
     id: str
     name: str | None

@@ -1,4 +1,4 @@
-"""The state of one relay generation, and how it plays a turn of the method (:mod:`.turns`).
+"""The state of one relay generation, and how it plays a turn of the method (:mod:`._turns`).
 
 A turn is what the method calls a segment: one model writing until something hands control
 on. It may take several requests (a false sentence end, a stream that broke and resumed), but
@@ -18,7 +18,6 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
 
-from ..upstream._failures import explain_broken_stream, is_outage
 from ..upstream.config import ModelRole, SamplingConfig
 from ..upstream.endpoint import (
     CompletionRequest,
@@ -211,10 +210,7 @@ class Generation:
         """Go on after a broken stream, or give up once the resumes are spent."""
         config = self.endpoints[role].config
         if resumes > self.config.policy.max_resumes:
-            detail = explain_broken_stream(broken.cause, role, config, resumes)
-            times = "once" if resumes == 1 else f"{resumes} times"
-            reason = f"its stream broke after sending text, {times} in one turn"
-            raise UpstreamFailure(role, broken.cause, detail, reason) from broken
+            raise UpstreamFailure.broken(broken, config, resumes) from broken
         self.resumes += 1
         logger.warning(
             "generation %s: the %s stream from %s broke after %d characters (%s); "
@@ -237,7 +233,7 @@ class Generation:
         may try elsewhere), or the failure is not an outage (a refused request)."""
         policy = self.config.policy
         essential = role == "large" or policy.on_small_failure == "raise"
-        if not (essential and self.transcript and is_outage(failure.cause)):
+        if not (essential and self.transcript and failure.outage):
             raise failure
         budget = policy.resume_wait_seconds - self.waited
         endpoint, began, back = self.endpoints[role], time.monotonic(), False
@@ -377,7 +373,7 @@ class Generation:
 
     def warm_up(self, role: ModelRole) -> None:
         """Send `role` its prompt now, one token, so that its server's prefix cache holds it
-        by `role`'s first turn (see :mod:`.warm_up`)."""
+        by `role`'s first turn (see :mod:`._warm_up`)."""
         request = CompletionRequest(
             prompt=self.prompts[role].text,
             max_tokens=1,

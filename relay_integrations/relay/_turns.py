@@ -21,7 +21,7 @@ A prompt whose reasoning is closed (``enable_thinking=false``) starts at the ans
 starts at reason. A turn not in the table (the budget ran out) ends the generation. Each turn
 decides, after each of its requests, what the request's end means (:class:`TurnDecision`),
 and may open the next turn's request before the hand-off is certain (its speculative hand-off:
-:mod:`.speculative_handoff`)::
+:mod:`._speculative_handoff`)::
 
     turns = MethodTurns(config, cues)
     turn = turns.first(run)

@@ -38,10 +38,10 @@ from ..upstream.config import ModelRole
 from ..upstream.endpoint import CompletionRequest, Endpoint, ModelInfo, UpstreamFailure
 from ..upstream.errors import RelayError
 from ..upstream.rendering import ChatInput, PromptRenderer, RenderedPrompt
-from ._sync import shared_loop
 from .config import ReasoningMarkers, RelayConfig
 from .reasoning import PromptReasoning
 from .switcher import ROLES, RelaySwitcher
+from .sync import shared_loop
 
 CheckStatus = Literal["ok", "warning", "problem", "unknown"]
 CheckName = Literal[

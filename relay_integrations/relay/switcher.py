@@ -1,4 +1,4 @@
-"""The relay: one generation at a time walks the method's table of turns (:mod:`.turns`)
+"""The relay: one generation at a time walks the method's table of turns (:mod:`._turns`)
 over a large and a small model.
 
 1. the large model reasons, stopping on a switch cue or on the end of reasoning;
@@ -155,7 +155,7 @@ class RelaySwitcher(AsyncClosing):
             await run.aclose()
 
     async def _relay(self, run: Generation) -> AsyncIterator[RelayEvent]:
-        """The method: walk the table of turns (:mod:`.turns`), one turn at a time."""
+        """The method: walk the table of turns (:mod:`._turns`), one turn at a time."""
         turn: Turn | None = self.turns.first(run)
         warm = self.config.policy.warm_small_prompt and run.small_available
         if turn is self.turns.reason and warm:

@@ -30,7 +30,14 @@ import openai
 from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from ._failures import ServerDown, Tries, explain_failure, is_outage, public_reason
+from ._failures import (
+    ServerDown,
+    Tries,
+    explain_broken_stream,
+    explain_failure,
+    is_outage,
+    public_reason,
+)
 from ._http import HttpClient, HttpResponse
 from ._stream_stops import StreamStops
 from .availability import Availability
@@ -76,6 +83,23 @@ class UpstreamFailure(RelayError):
         self.cause = cause
         self.reason = reason or str(cause)
         """Why, in words that name no address (what ``relaygen serve`` tells a client)."""
+
+    @classmethod
+    def broken(
+        cls, broken: StreamInterrupted, config: EndpointConfig, breaks: int
+    ) -> UpstreamFailure:
+        """A turn that gave up after its stream broke `breaks` times, each after it had
+        sent text: the detail names the URL, the breaks and what to check."""
+        detail = explain_broken_stream(broken.cause, broken.role, config, breaks)
+        times = "once" if breaks == 1 else f"{breaks} times"
+        reason = f"its stream broke after sending text, {times} in one turn"
+        return cls(broken.role, broken.cause, detail, reason)
+
+    @property
+    def outage(self) -> bool:
+        """Whether the server is out (no connection, a 502/503/504, known down), not the
+        request refused or the server slow: a restart may bring it back."""
+        return is_outage(self.cause)
 
     @property
     def kind(self) -> UpstreamKind:

@@ -25,7 +25,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"cli"}),
 )
 """Bottom first. A package may import from its own layer's package only, and from any lower
-layer. ``core`` is not here: it only forwards the old import paths, by name."""
+layer."""
 
 
 def _module_name(path: Path) -> str:
@@ -33,9 +33,10 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> Iterator[str]:
-    """Every module `path` imports, anywhere in it, and every name it imports from one."""
-    module = _module_name(path)
+def _imports(path: Path, module: str | None = None) -> Iterator[str]:
+    """Every module `path` (the module `module`, by default the package's module at `path`)
+    imports, anywhere in it, and every name it imports from one."""
+    module = module or _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -54,7 +55,7 @@ def _modules() -> dict[str, Path]:
     return {
         _module_name(path): path
         for path in PACKAGE.rglob("*.py")
-        if "__pycache__" not in path.parts and path.parent.name != "core"
+        if "__pycache__" not in path.parts
     }
 
 
@@ -85,7 +86,7 @@ def test_every_arrow_points_down_the_layers() -> None:
     for name, path in modules.items():
         own = _top_package(name)
         for target in _imports(path):
-            if not target.startswith(ROOT) or target.startswith(f"{ROOT}.core"):
+            if not target.startswith(ROOT):
                 continue
             other = _top_package(_known(target, modules))
             if other == own or (own, other) == ("", ""):
@@ -143,3 +144,30 @@ def _cycle_from(start: str, graph: dict[str, set[str]]) -> list[str] | None:
         return None
 
     return visit(start)
+
+
+BENCHMARKS = PACKAGE.parent / "benchmarks"
+
+
+def _private(module: str) -> bool:
+    return any(part.startswith("_") and part != "__init__" for part in module.split(".")[1:])
+
+
+def test_no_module_imports_another_packages_private_module() -> None:
+    """A module whose name starts with ``_`` belongs to its package: the package's modules
+    may import it, no other package's (nor the benchmarks') may."""
+    modules = _modules()
+    sources = dict(modules)
+    for path in BENCHMARKS.rglob("*.py"):
+        parts = path.relative_to(BENCHMARKS.parent).with_suffix("").parts
+        sources[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    wrong = []
+    for name, path in sources.items():
+        own = _top_package(name) if name.startswith(ROOT) else "benchmarks"
+        for target in _imports(path, name):
+            if not target.startswith(ROOT + "."):
+                continue
+            known = _known(target, modules)
+            if _private(known) and _top_package(known) != own:
+                wrong.append(f"{name} imports {known}")
+    assert not wrong, "\n".join(sorted(set(wrong)))

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from relay_integrations.relay._sync import BackgroundLoop
+from relay_integrations.relay.sync import BackgroundLoop
 
 
 async def numbers(closed: list[bool]) -> AsyncIterator[int]:
