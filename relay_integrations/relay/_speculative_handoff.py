@@ -8,53 +8,43 @@ meanwhile the other server is idle. So when the text reaches such a point, the r
 the request the next turn would send (the same prompt, stops and allowance), and the next
 turn adopts it if, once the hand-off is confirmed, it is exactly the request it would have
 sent; otherwise (the token continued the word, the allowance came out different) it is
-closed, and vLLM aborts it after its prefill::
+closed, and vLLM aborts it after its prefill. The request is built by the function that
+builds every turn's request, from the next turn's row of the table, so the two agree by
+construction; the comparison guards the text and the allowance. A generation holds at most
+one, in its :class:`HandoffSlot`::
 
-    handoff = SpeculativeHandoff(endpoint, upcoming, request, numbered, transcript)
+    slot = HandoffSlot()
+    slot.hold(SpeculativeHandoff(endpoint, "small", " ,", request, numbered, transcript))
     ...  # its first piece is read meanwhile
-    if handoff.serves(role, request_the_turn_would_send, transcript):
-        pieces = handoff.pieces()  # the same stream, read on
-    else:
-        await handoff.discard()
+    pieces = slot.take(role, request_the_turn_would_send, transcript)  # the same stream, or
+    if pieces is None:                                                  # None: not this one
+        await slot.discard()
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator
 
 from ..upstream.config import ModelRole
 from ..upstream.endpoint import CompletionRequest, Endpoint, StreamPiece
 
 
-@dataclass(frozen=True)
-class NextTurn:
-    """The turn that follows if the hand-off at the end of the text is confirmed."""
-
-    role: ModelRole
-    stops: Sequence[str]
-    completion: str
-    """What the next token must write for the hand-off (a cue's comma), or nothing."""
-    confirmed_by: str
-    """Characters that confirm the hand-off when the text goes on with one of them (none:
-    the stop string fires once the completion is written)."""
-    cap: int | None = None
-
-
 class SpeculativeHandoff:
-    """One request opened ahead of its turn; its first piece is read in a task."""
+    """One request opened ahead of its turn (by `role`, at `transcript`, which the text goes
+    on from with one of `confirmed_by`); its first piece is read in a task."""
 
     def __init__(
         self,
         endpoint: Endpoint,
-        upcoming: NextTurn,
+        role: ModelRole,
+        confirmed_by: str,
         request: CompletionRequest,
         numbered: CompletionRequest,
         transcript: str,
     ) -> None:
-        self.role: ModelRole = upcoming.role
-        self.confirmed_by = upcoming.confirmed_by
+        self.role: ModelRole = role
+        self.confirmed_by = confirmed_by
         self.request = request  # as the turn builds it (no request number)
         self.transcript = transcript  # the text the hand-off must leave for it to serve
         self._stream = endpoint.stream_completion(numbered)
@@ -90,6 +80,45 @@ class SpeculativeHandoff:
         if not self._first.cancelled():
             self._first.exception()  # retrieved: an error of a request nobody uses is moot
         await self._stream.aclose()
+
+
+class HandoffSlot:
+    """The one speculative hand-off a generation may hold, and how many were used and how
+    many closed unused."""
+
+    def __init__(self) -> None:
+        self.handoff: SpeculativeHandoff | None = None
+        self.used = 0
+        self.missed = 0
+
+    def hold(self, handoff: SpeculativeHandoff) -> None:
+        self.handoff = handoff
+
+    def take(
+        self, role: ModelRole, request: CompletionRequest, transcript: str
+    ) -> AsyncGenerator[StreamPiece, None] | None:
+        """The held request's stream if it is the one a turn of `role` sends now (the slot
+        is then empty), else None."""
+        handoff = self.handoff
+        if handoff is None or not handoff.serves(role, request, transcript):
+            return None
+        self.handoff, self.used = None, self.used + 1
+        return handoff.pieces()
+
+    def may_serve(self, transcript: str) -> bool:
+        """Whether a request is held and may still serve from `transcript` on."""
+        return self.handoff is not None and self.handoff.may_serve(transcript)
+
+    def foreseen(self, transcript: str) -> bool:
+        """Whether nothing is held, or the held request starts at `transcript`."""
+        return self.handoff is None or self.handoff.transcript == transcript
+
+    async def discard(self) -> None:
+        """Close the held request, if any (it counts as missed)."""
+        if self.handoff is not None:
+            handoff, self.handoff = self.handoff, None
+            self.missed += 1
+            await handoff.discard()
 
 
 async def _first_piece(stream: AsyncGenerator[StreamPiece, None]) -> StreamPiece | None:

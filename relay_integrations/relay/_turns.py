@@ -18,26 +18,27 @@ answer    the answer model (the small     the caller's stops, its end      (done
 ========  ==============================  ===============================  =====================
 
 A prompt whose reasoning is closed (``enable_thinking=false``) starts at the answer; any other
-starts at reason. A turn not in the table (the budget ran out) ends the generation. Each turn
-decides, after each of its requests, what the request's end means (:class:`TurnDecision`),
-and may open the next turn's request before the hand-off is certain (its speculative hand-off:
+starts at reason. A turn not in the table (the budget ran out) ends the generation. A
+:class:`Turn` is a row of values (its writer, its stops, its cap, its successors, where it may
+hand off early); :class:`MethodTurns` reads them for a generation in progress: who writes, the
+stop strings, what each request's end means (:class:`TurnDecision`), and the turn a confirmed
+hand-off leads to, whose request may be opened before it is certain (the speculative hand-off:
 :mod:`._speculative_handoff`)::
 
     turns = MethodTurns(config, cues)
     turn = turns.first(run)
     while turn is not None:
-        segment = ...  # the run plays the turn
+        segment = ...  # the run plays the turn: turns.writer(turn, run), turns.stops(turn, run)
         turn = turns.after(turn, segment, run)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from ..upstream.config import ModelRole
-from ._speculative_handoff import NextTurn
 from .config import Phase, RelayConfig
 from .cues import CueSet
 from .reasoning import PromptReasoning
@@ -45,6 +46,16 @@ from .result import Segment, SegmentEnd
 from .sentences import SENTENCE_STOPS, is_sentence_end, may_end_here
 
 TurnName = Literal["reason", "relay", "answer"]
+Writer = Literal["large", "small", "answer model"]
+"""Who writes a turn; "answer model": the policy's (``answer_model``, or
+``no_reasoning_model`` when the prompt closed the reasoning), the large one once the small one
+has failed."""
+StopSet = Literal["cues", "sentence ends", "answer stops"]
+"""Where a turn's requests stop: the end of reasoning and the cues (none once the model
+answered without reasoning; no cues once the small model has failed), the end of reasoning
+and the sentence ends, or the caller's stops."""
+EarlyHandoff = Literal["at a cue", "at a sentence end"]
+"""Where a turn may open the next turn's request one token early."""
 
 
 class RunState(Protocol):
@@ -91,31 +102,31 @@ class TurnDecision:
 
 WRITE_ON = TurnDecision(None)
 
-Decide = Callable[[RequestEnd], TurnDecision]
-"""Decides, after each request of a turn, how the turn ended."""
-
-HandoffForecast = Callable[[int], NextTurn | None]
-"""Given the turn's tokens once the next one arrives: the turn that follows if that token
-confirms a hand-off at the end of the transcript, else None (a speculative hand-off opens its
-request then)."""
-
 
 @dataclass(frozen=True)
 class Turn:
-    """One row of the table: who writes, where the turn stops, what each request's end means,
-    which turn comes next, and where it opens the next turn's request early (its speculative
-    hand-off; None when the policy turns it off)."""
+    """One row of the table: who writes, where its requests stop, at most how many tokens it
+    writes, which turn follows each way it ends, and where it may open the next turn's
+    request early (None: nowhere, or the policy turns the speculative hand-off off)."""
 
     name: TurnName
-    writer: Callable[[RunState], ModelRole]
-    stops: Callable[[RunState], Sequence[str]]
-    decide: Decide
+    writer: Writer
+    stops: StopSet
     then: Mapping[SegmentEnd, TurnName]
     cap: int | None = None
-    extra_body: Callable[[RunState], Mapping[str, Any]] = field(default=lambda run: {})
-    speculative_handoff: Callable[[RunState], HandoffForecast | None] = field(
-        default=lambda run: None
-    )
+    early_handoff: EarlyHandoff | None = None
+
+
+@dataclass(frozen=True)
+class Upcoming:
+    """The turn that follows if the hand-off at the end of the text is confirmed, and what
+    confirms it: `completion`, what the next token must write (a cue's comma), or nothing;
+    `confirmed_by`, characters that confirm it when the text goes on with one of them (none:
+    the stop string fires once the completion is written)."""
+
+    turn: Turn
+    completion: str
+    confirmed_by: str
 
 
 class MethodTurns:
@@ -124,24 +135,23 @@ class MethodTurns:
     def __init__(self, config: RelayConfig, cues: CueSet) -> None:
         self.config, self.cues = config, cues
         policy = config.policy
+        early = policy.speculative_handoff
         self.reason = Turn(
             name="reason",
-            writer=lambda run: "large",
-            stops=self._large_stops,
-            decide=self._after_large,
+            writer="large",
+            stops="cues",
             then={
                 "cue": "relay",
                 "end_of_reasoning": "answer",
                 "reasoning_budget": "answer",
                 "stop": "answer",  # it ended without closing the reasoning: answer anyway
             },
-            speculative_handoff=self._handoff_at_cue,
+            early_handoff="at a cue" if early else None,
         )
         self.relay = Turn(
             name="relay",
-            writer=lambda run: "small",
-            stops=lambda run: self.reasoning_stops("small"),
-            decide=self._after_small,
+            writer="small",
+            stops="sentence ends",
             then={
                 "sentence_end": "reason",
                 "segment_cap": "reason",
@@ -152,16 +162,19 @@ class MethodTurns:
                 "reasoning_budget": "answer",
             },
             cap=policy.max_small_tokens,
-            speculative_handoff=self._handoff_at_sentence_end,
+            early_handoff="at a sentence end" if early else None,
         )
         self.answer = Turn(
             name="answer",
-            writer=self._answer_model,
-            stops=lambda run: run.answer_stops,
-            decide=_after_answer,
+            writer="answer model",
+            stops="answer stops",
             then={"failed": "answer"},  # the small model failed: the large one answers
-            extra_body=lambda run: {"include_stop_str_in_output": False, **run.answer_extra_body},
         )
+        self._decisions = {
+            "reason": self._after_large,
+            "relay": self._after_small,
+            "answer": _after_answer,
+        }
 
     def first(self, run: RunState) -> Turn:
         return self.reason if run.phase == "reasoning" else self.answer
@@ -173,7 +186,57 @@ class MethodTurns:
         following = turn.then.get(segment.ended_by)
         if following == "answer" and turn is not self.answer and run.phase != "reasoning":
             return None
-        return None if following is None else getattr(self, following)
+        return None if following is None else self.named(following)
+
+    def named(self, name: TurnName) -> Turn:
+        return {"reason": self.reason, "relay": self.relay, "answer": self.answer}[name]
+
+    # --- a row's values, read for a generation in progress -------------------------------
+
+    def writer(self, turn: Turn, run: RunState) -> ModelRole:
+        """The model that writes `turn` now."""
+        if turn.writer != "answer model":
+            return turn.writer
+        policy = self.config.policy
+        closed = run.mode is PromptReasoning.CLOSED
+        role = policy.no_reasoning_model if closed else policy.answer_model
+        return role if run.small_available else "large"
+
+    def stops(self, turn: Turn, run: RunState) -> tuple[str, ...]:
+        """The stop strings of `turn`'s requests now, most important first."""
+        if turn.stops == "answer stops":
+            return tuple(run.answer_stops)
+        if turn.stops == "sentence ends":
+            return self.reasoning_stops("small")
+        if run.phase == "answer":  # the model answered without reasoning: no switching
+            return ()
+        if not run.small_available:
+            return (self.config.markers.end,)
+        return self.reasoning_stops("large")
+
+    def extra_body(self, turn: Turn, run: RunState) -> Mapping[str, Any]:
+        """The request fields of `turn` beyond the generation's (the answer's: the caller's
+        stops left out of the text, a forced format)."""
+        if turn.stops == "answer stops":
+            return {"include_stop_str_in_output": False, **run.answer_extra_body}
+        return {}
+
+    def decide(self, turn: Turn, end: RequestEnd) -> TurnDecision:
+        """What the end of one of `turn`'s requests means for the turn."""
+        return self._decisions[turn.name](end)
+
+    def upcoming(self, turn: Turn, run: RunState, turn_tokens: int) -> Upcoming | None:
+        """Given `turn`'s tokens once the next one arrives: the turn that follows if that
+        token confirms a hand-off at the end of the transcript, else None (a speculative
+        hand-off opens that turn's request then)."""
+        if turn.early_handoff is None or run.phase != "reasoning":
+            return None
+        if turn.early_handoff == "at a sentence end":
+            return Upcoming(self.reason, "", " \n") if may_end_here(run.transcript) else None
+        if not run.small_available or turn_tokens <= self.config.policy.cooldown_tokens:
+            return None
+        cue = self.cues.pending(run.transcript)
+        return None if cue is None else Upcoming(self.relay, cue.completion, cue.confirmed_by)
 
     def reasoning_stops(self, role: ModelRole) -> tuple[str, ...]:
         """The stop strings of `role`'s turns in the reasoning (the end of reasoning, then the
@@ -183,51 +246,7 @@ class MethodTurns:
             return (self.config.markers.end, *SENTENCE_STOPS)
         return (self.config.markers.end, *self.cues.stop_strings)
 
-    def _large_stops(self, run: RunState) -> tuple[str, ...]:
-        if run.phase == "answer":  # the model answered without reasoning: no switching
-            return ()
-        if not run.small_available:
-            return (self.config.markers.end,)
-        return self.reasoning_stops("large")
-
-    def _answer_model(self, run: RunState) -> ModelRole:
-        policy = self.config.policy
-        closed = run.mode is PromptReasoning.CLOSED
-        role = policy.no_reasoning_model if closed else policy.answer_model
-        return role if run.small_available else "large"
-
-    def _handoff_at_cue(self, run: RunState) -> HandoffForecast | None:
-        """The relay turn, when the large model's text ends one token short of a cue."""
-        policy = self.config.policy
-        if not policy.speculative_handoff:
-            return None
-
-        def forecast(turn_tokens: int) -> NextTurn | None:
-            if run.phase != "reasoning" or not run.small_available:
-                return None
-            if turn_tokens <= policy.cooldown_tokens:
-                return None
-            cue = self.cues.pending(run.transcript)
-            if cue is None:
-                return None
-            cap = policy.max_small_tokens
-            return NextTurn(
-                "small", self.reasoning_stops("small"), cue.completion, cue.confirmed_by, cap
-            )
-
-        return forecast
-
-    def _handoff_at_sentence_end(self, run: RunState) -> HandoffForecast | None:
-        """The reason turn, when the small model's text ends in a likely sentence end."""
-        if not self.config.policy.speculative_handoff:
-            return None
-
-        def forecast(turn_tokens: int) -> NextTurn | None:
-            if run.phase != "reasoning" or not may_end_here(run.transcript):
-                return None
-            return NextTurn("large", self._large_stops(run), "", " \n")
-
-        return forecast
+    # --- what a request's end means --------------------------------------------------------
 
     def _after_large(self, end: RequestEnd) -> TurnDecision:
         """A large request ended: at a cue (hand off at its hand-off point, unless it came

@@ -132,6 +132,7 @@ class RelaySwitcher(AsyncClosing):
         run = Generation(
             generation_id=generation_id or f"relay-{uuid.uuid4().hex}",
             config=self.config,
+            turns=self.turns,
             endpoints=self.endpoints,
             prompts={role: prompt for role, (prompt, _) in prepared.items()},
             context_windows={role: window for role, (_, window) in prepared.items()},

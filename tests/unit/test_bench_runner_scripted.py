@@ -14,8 +14,9 @@ from relay_integrations.bench.runner import ResultLine, run_bench
 from relay_integrations.bench.stats import latest, summarize
 from relay_integrations.cli import main
 from relay_integrations.jobs.datasets import DatasetError
-from relay_integrations.relay import EndpointConfig, RelayConfig, SamplingConfig, SwitchPolicy
+from relay_integrations.relay import RelayConfig, SamplingConfig
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM, serving
+from tests.fakes.relay_config import make_config
 
 TRACE = (
     "<think>\nLet me see. Therefore, it is 4. Now we check.\n</think>\n\nThe answer is \\boxed{4}."
@@ -31,14 +32,10 @@ def problem_file(tmp_path: Path) -> Path:
     return path
 
 
-def make_config(server: ScriptedVLLM, max_retries: int = 2, **sampling: Any) -> RelayConfig:
-    return RelayConfig(
-        large=EndpointConfig(base_url=server.base_url, model="large", max_retries=max_retries),
-        small=EndpointConfig(base_url=server.base_url, model="small", max_retries=max_retries),
-        cues=CUES,
-        policy=SwitchPolicy(cooldown_tokens=0),
-        sampling=SamplingConfig(max_tokens=512, **sampling),
-    )
+def bench_config(server: ScriptedVLLM, max_retries: int = 2, **sampling: Any) -> RelayConfig:
+    """The benchmark's relay: no cooldown, 512 tokens (`sampling`: more sampling fields)."""
+    budget = SamplingConfig(max_tokens=512, **sampling)
+    return make_config(server, max_retries=max_retries, sampling=budget, cooldown_tokens=0)
 
 
 def models() -> tuple[ScriptedModel, ScriptedModel]:
@@ -59,10 +56,10 @@ async def test_every_mode_is_graded_and_a_rerun_does_nothing(tmp_path: Path) -> 
     results = tmp_path / "out" / "results.jsonl"  # the directory does not exist yet
     large, small = models()
     async with ScriptedVLLM(large, small) as server:
-        records = await run_bench(make_config(server), problems, results, concurrency=2)
+        records = await run_bench(bench_config(server), problems, results, concurrency=2)
         counts = requests(large, small)
         lines = results.read_text(encoding="utf-8").splitlines()
-        again = await run_bench(make_config(server), problems, results, concurrency=2)
+        again = await run_bench(bench_config(server), problems, results, concurrency=2)
         assert requests(large, small) == counts  # nothing was generated again
     assert results.read_text(encoding="utf-8").splitlines() == lines
     assert sorted(r.key for r in again) == sorted(r.key for r in records)
@@ -116,7 +113,7 @@ async def test_a_model_alone_sends_one_completion_over_its_rendered_prompt(
     problems = load_problems(problem_file(tmp_path))
     large, small = models()
     async with ScriptedVLLM(large, small) as server:
-        config = make_config(server, temperature=0.3, top_k=None, seed=None)
+        config = bench_config(server, temperature=0.3, top_k=None, seed=None)
         await run_bench(config, problems, tmp_path / "results.jsonl", modes=["small"])
     assert requests(large, small) == [0, 3]
     body = small.requests[0]
@@ -132,7 +129,7 @@ async def test_a_seed_is_distinct_per_sample(tmp_path: Path) -> None:
     large, small = models()
     async with ScriptedVLLM(large, small) as server:
         records = await run_bench(
-            make_config(server, seed=10),
+            bench_config(server, seed=10),
             problems,
             tmp_path / "results.jsonl",
             modes=["large"],
@@ -147,10 +144,10 @@ async def test_more_samples_on_a_rerun_generate_only_the_new_ones(tmp_path: Path
     results = tmp_path / "results.jsonl"
     large, small = models()
     async with ScriptedVLLM(large, small) as server:
-        await run_bench(make_config(server), problems, results, modes=["large"])
+        await run_bench(bench_config(server), problems, results, modes=["large"])
         assert requests(large, small) == [3, 0]
         records = await run_bench(
-            make_config(server), problems, results, modes=["large"], samples=2
+            bench_config(server), problems, results, modes=["large"], samples=2
         )
     assert requests(large, small) == [6, 0]
     assert sorted((r.problem_id, r.sample) for r in records) == [
@@ -173,7 +170,7 @@ async def test_a_rerun_for_another_run_is_refused(
     results = tmp_path / "results.jsonl"
     large, small = models()
     async with ScriptedVLLM(large, small) as server:
-        config = make_config(server)
+        config = bench_config(server)
         await run_bench(config, problems, results, modes=["small"])
         before = results.read_text(encoding="utf-8")
         counts = requests(large, small)
@@ -190,9 +187,11 @@ async def test_a_rerun_on_other_problems_is_refused(tmp_path: Path) -> None:
     results = tmp_path / "results.jsonl"
     large, small = models()
     async with ScriptedVLLM(large, small) as server:
-        await run_bench(make_config(server), load_problems(path, limit=2), results, modes=["small"])
+        await run_bench(
+            bench_config(server), load_problems(path, limit=2), results, modes=["small"]
+        )
         with pytest.raises(DatasetError, match=r"different problems, problems_sha256\)"):
-            await run_bench(make_config(server), load_problems(path), results, modes=["small"])
+            await run_bench(bench_config(server), load_problems(path), results, modes=["small"])
 
 
 async def test_a_file_without_a_header_is_refused(tmp_path: Path) -> None:
@@ -202,7 +201,7 @@ async def test_a_file_without_a_header_is_refused(tmp_path: Path) -> None:
     large, small = models()
     async with ScriptedVLLM(large, small) as server:
         with pytest.raises(DatasetError, match="its first line is not a header"):
-            await run_bench(make_config(server), load_problems(problem_file(tmp_path)), results)
+            await run_bench(bench_config(server), load_problems(problem_file(tmp_path)), results)
 
 
 async def test_failed_generations_are_recorded_and_retried_alone(tmp_path: Path) -> None:
@@ -211,7 +210,7 @@ async def test_failed_generations_are_recorded_and_retried_alone(tmp_path: Path)
     large, small = models()
     large.faults.extend([Fault(status=500)] * 2)  # the first two large requests fail
     async with ScriptedVLLM(large, small) as server:
-        config = make_config(server, max_retries=0)
+        config = bench_config(server, max_retries=0)
         first = await run_bench(config, problems, results, modes=["large"], concurrency=1)
         failed = [r for r in first if r.error]
         assert [r.problem_id for r in failed] == ["1", "2"]
@@ -242,7 +241,7 @@ async def test_a_relay_whose_small_model_fails_still_answers(tmp_path: Path) -> 
     large, small = models()
     small.faults.extend([Fault(status=500)] * 50)
     async with ScriptedVLLM(large, small) as server:
-        config = make_config(server, max_retries=0)
+        config = bench_config(server, max_retries=0)
         records = await run_bench(config, problems, tmp_path / "r.jsonl", modes=["relay"])
     assert all(r.error is None and r.large_share == 1.0 for r in records)
     assert summarize(records)["relay"].pass_at_1 == pytest.approx(2 / 3)

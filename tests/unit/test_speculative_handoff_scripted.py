@@ -12,16 +12,14 @@ from typing import Any
 import pytest
 
 from relay_integrations.relay import (
-    EndpointConfig,
-    RelayConfig,
     RelayResult,
     RelaySwitcher,
     SamplingConfig,
-    SwitchPolicy,
     TextDelta,
 )
 from relay_integrations.testing.qwen3_template import ASSISTANT
 from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM
+from tests.fakes.relay_config import make_config
 
 # " Therefore" waits for its comma, " Now" for " we", "e." for "g" (refuted: "e.g." goes on),
 # "sum." for " It"
@@ -30,15 +28,6 @@ TRACE = (
     "It is right.\n</think>\n\nThe answer is 4."
 )
 MESSAGES = [{"role": "user", "content": "What is 2 + 2?"}]
-
-
-def make_config(server: ScriptedVLLM, speculative: bool, **policy: object) -> RelayConfig:
-    return RelayConfig(
-        large=EndpointConfig(base_url=server.base_url, model="large"),
-        small=EndpointConfig(base_url=server.base_url, model="small"),
-        cues=["Therefore,", "Now"],
-        policy=SwitchPolicy.model_validate({**policy, "speculative_handoff": speculative}),
-    )
 
 
 def following(trace: str) -> Callable[[str, dict[str, Any]], str]:
@@ -54,14 +43,14 @@ def following(trace: str) -> Callable[[str, dict[str, Any]], str]:
 
 
 async def relay_once(
-    trace: str, speculative: bool, max_tokens: int = 4096, chunk: int = 1, **policy: object
+    trace: str, speculative: bool, max_tokens: int = 4096, chunk: int = 1, **policy: Any
 ) -> RelayResult:
     """One generation; `chunk`: tokens a streamed chunk carries."""
     large = ScriptedModel("large", trace, respond=following(trace), tokens_per_chunk=chunk)
     small = ScriptedModel("small", trace, respond=following(trace), tokens_per_chunk=chunk)
     async with (
         ScriptedVLLM(large, small) as server,
-        RelaySwitcher(make_config(server, speculative, **policy)) as relay,
+        RelaySwitcher(make_config(server, speculative_handoff=speculative, **policy)) as relay,
     ):
         return await relay.generate(MESSAGES, sampling=SamplingConfig(max_tokens=max_tokens))
 
@@ -123,7 +112,7 @@ async def test_the_small_request_goes_out_while_the_large_model_writes_the_next_
     small = ScriptedModel("small", TRACE, respond=respond)
     async with (
         ScriptedVLLM(large, small) as server,
-        RelaySwitcher(make_config(server, speculative=True)) as relay,
+        RelaySwitcher(make_config(server, speculative_handoff=True)) as relay,
     ):
         result = await relay.generate(MESSAGES)
     assert result.text == TRACE
@@ -140,7 +129,7 @@ async def test_a_refuted_hand_off_closes_the_request_opened_for_it() -> None:
     small = ScriptedModel("small", trace, token_delay=0.05)  # still writing when closed
     async with (
         ScriptedVLLM(large, small) as server,
-        RelaySwitcher(make_config(server, speculative=True)) as relay,
+        RelaySwitcher(make_config(server, speculative_handoff=True)) as relay,
     ):
         result = await relay.generate(MESSAGES)
     assert result.text == trace
@@ -155,7 +144,7 @@ async def test_cancelling_closes_a_request_opened_ahead() -> None:
     small = ScriptedModel("small", TRACE, token_delay=0.05)
     async with (
         ScriptedVLLM(large, small) as server,
-        RelaySwitcher(make_config(server, speculative=True)) as relay,
+        RelaySwitcher(make_config(server, speculative_handoff=True)) as relay,
     ):
         said: list[str] = []
 

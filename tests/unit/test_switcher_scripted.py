@@ -13,17 +13,16 @@ from relay_integrations.relay import (
     CueSet,
     EndpointConfig,
     EndpointError,
-    RelayConfig,
     RelayDone,
     RelaySwitcher,
     SamplingConfig,
     SegmentDone,
-    SwitchPolicy,
     TextDelta,
 )
 from relay_integrations.relay.config import CONTEXT_MARGIN
 from relay_integrations.testing.qwen3_template import render_chat, tokenize
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
+from tests.fakes.relay_config import make_config
 
 TRACE = (
     "<think>\nLet me see. Therefore, the sum is 4. Then we go on. Now we check e.g. the sum. "
@@ -31,15 +30,6 @@ TRACE = (
 )
 CUES = CueSet.from_list(["Therefore,", "Now"])
 MESSAGES = [{"role": "user", "content": "What is 2 + 2?"}]
-
-
-def make_config(server: ScriptedVLLM, **policy: object) -> RelayConfig:
-    return RelayConfig(
-        large=EndpointConfig(base_url=server.base_url, model="large", max_retries=2),
-        small=EndpointConfig(base_url=server.base_url, model="small", max_retries=2),
-        cues=list(CUES.cues),
-        policy=SwitchPolicy.model_validate(policy),
-    )
 
 
 async def collect(switcher: RelaySwitcher, **options: object):

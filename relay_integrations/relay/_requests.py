@@ -1,0 +1,80 @@
+"""The requests of one generation: the one builder of every turn's request, the real one and
+the one opened ahead of a hand-off alike (so that the two agree by construction), and the
+number each request sent gets::
+
+    requests = TurnRequests(generation_id, config, turns, prompts, sampling, hook, extra_body)
+    request = requests.build(run, turn, "small", allowance=128)
+    sent = requests.numbered(request)  # X-Request-Id: <generation id>-<n>
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from ..upstream.config import ModelRole, SamplingConfig
+from ..upstream.endpoint import CompletionRequest
+from ..upstream.rendering import RenderedPrompt
+from ._turns import MethodTurns, RunState, Turn
+from .config import RelayConfig, RequestHook
+
+
+class TurnRequests:
+    def __init__(
+        self,
+        generation_id: str,
+        config: RelayConfig,
+        turns: MethodTurns,
+        prompts: Mapping[ModelRole, RenderedPrompt],
+        sampling: SamplingConfig,
+        request_hook: RequestHook | None,
+        extra_body: Mapping[str, Any],
+    ) -> None:
+        self.generation_id = generation_id
+        self.config = config
+        self.turns = turns
+        self.prompts = prompts
+        self.sampling = sampling
+        self.request_hook = request_hook
+        self.extra_body = extra_body
+        self.sent = 0
+
+    def build(
+        self,
+        run: RunState,
+        turn: Turn,
+        role: ModelRole,
+        allowance: int,
+        transcript: str | None = None,
+    ) -> CompletionRequest:
+        """The request `turn`'s writer `role` sends to write on from `transcript` (default:
+        the run's so far)."""
+        transcript = run.transcript if transcript is None else transcript
+        body = {**self.extra_body, **self.turns.extra_body(turn, run)}
+        if self.request_hook is not None:
+            body.update(self.request_hook(role, run.phase, transcript))
+        return CompletionRequest(
+            prompt=self.prompts[role].text + transcript,
+            max_tokens=allowance,
+            stop=self.turns.stops(turn, run),
+            sampling=self.sampling.request_fields(self.config.endpoint(role).sampling),
+            extra_body=body,
+            headers={self.config.session_header: self.generation_id},
+        )
+
+    def prompt_only(self, role: ModelRole) -> CompletionRequest:
+        """One token after `role`'s prompt: what warms its server's prefix cache."""
+        return CompletionRequest(
+            prompt=self.prompts[role].text,
+            max_tokens=1,
+            extra_body=dict(self.extra_body),
+            headers={self.config.session_header: self.generation_id},
+        )
+
+    def numbered(self, request: CompletionRequest) -> CompletionRequest:
+        """The request as sent: vLLM's own request id (its logs, its response ids) is unique
+        per request sent."""
+        self.sent += 1
+        number = {"X-Request-Id": f"{self.generation_id}-{self.sent}"}
+        return replace(request, headers={**request.headers, **number})
