@@ -25,30 +25,40 @@ class Budget:
     prompt_tokens: Mapping[ModelRole, int | None]
     policy: SwitchPolicy
 
-    def room(self, role: ModelRole, phase: Phase, tally: Tally) -> int:
-        """Tokens `role` may still write: the budget, its context window, the reasoning limit."""
-        generated = tally.generated
+    def room(self, role: ModelRole, phase: Phase, tally: Tally, pending: int = 0) -> int:
+        """Tokens `role` may still write: the budget, its context window, the reasoning limit
+        (`pending`: tokens written and not counted yet)."""
+        generated = tally.generated + pending
         room = self.max_tokens - generated
         window, prompt_tokens = self.windows.get(role), self.prompt_tokens.get(role)
         if window is not None and prompt_tokens is not None:
             room = min(room, window - prompt_tokens - generated - CONTEXT_MARGIN)
-        return min(room, self.reasoning_room(phase, tally))
+        return min(room, self.reasoning_room(phase, tally, pending))
 
-    def reasoning_room(self, phase: Phase, tally: Tally) -> int:
+    def reasoning_room(self, phase: Phase, tally: Tally, pending: int = 0) -> int:
         """Tokens the reasoning may still take: its limit, and the answer's reserve."""
         if phase != "reasoning":
             return self.max_tokens
         reserve = min(self.policy.answer_reserve_tokens, self.max_tokens // 4)
-        room = self.max_tokens - reserve - tally.generated
+        room = self.max_tokens - reserve - tally.generated - pending
         if self.policy.max_reasoning_tokens is not None:
-            room = min(room, self.policy.max_reasoning_tokens - tally.reasoning_tokens)
+            left = self.policy.max_reasoning_tokens - tally.reasoning_tokens - pending
+            room = min(room, left)
         return room
 
     def allowance(
-        self, role: ModelRole, phase: Phase, tally: Tally, cap: int | None, turn_tokens: int
+        self,
+        role: ModelRole,
+        phase: Phase,
+        tally: Tally,
+        cap: int | None,
+        turn_tokens: int,
+        pending: int = 0,
     ) -> int:
-        """Tokens the next request of a turn may write: the room left, and the turn's cap."""
-        allowance = self.room(role, phase, tally)
+        """Tokens the next request of a turn may write: the room left, and the turn's cap
+        (`pending`: tokens written and not counted yet, for a request opened ahead of its
+        turn: its allowance is what the turn's first request gets once they are counted)."""
+        allowance = self.room(role, phase, tally, pending)
         if cap is not None:
             allowance = min(allowance, cap - turn_tokens)
         return allowance

@@ -256,10 +256,8 @@ class Generation:
             return
         turn = upcoming.turn
         role = self.turns.writer(turn, self)
-        # its allowance once the request's tokens are counted: what its first request gets
-        allowance = self.budget.room(role, self.phase, self.tally) - uncounted
-        if turn.cap is not None:
-            allowance = min(allowance, turn.cap)
+        budget, phase, tally = self.budget, self.phase, self.tally
+        allowance = budget.allowance(role, phase, tally, turn.cap, 0, pending=uncounted)
         if allowance > 0:
             target = self.transcript + upcoming.completion
             request = self.requests.build(self, turn, role, allowance, target)
