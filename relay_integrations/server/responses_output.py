@@ -93,7 +93,7 @@ class ResponsesWire:
         items: list[dict[str, Any]] = []
         if response.reasoning:
             items.append(self._reasoning(self._item_id("rs", 0), response.reasoning, "completed"))
-        if response.content or not response.tool_calls:
+        if response.content or (not items and not response.tool_calls):  # as a stream has it
             items.append(self._message(self._item_id("msg", 0), response.content, "completed"))
         for number, call in enumerate(response.tool_calls):
             items.append(_function_call(self._item_id("fc", number), call, "completed"))

@@ -42,7 +42,7 @@ from ..relay.config import RequestHook
 from ..upstream.config import MODEL_SAMPLING_FIELDS, OptionalSampling, SamplingConfig
 from .errors import ApiError
 from .fields import IGNORED_FIELDS, REFUSED, refuse_field
-from .protocol import TOOL_NAME, check_message, pydantic_error, relay_message
+from .protocol import ROLES, TOOL_NAME, check_message, pydantic_error, relay_message
 from .settings import ServerSettings
 
 _NOT_STORED = (
@@ -85,6 +85,8 @@ RESPONSES_IGNORED = {name: IGNORED_FIELDS[name] for name in IGNORED_FIELDS if na
 """Hints dropped without a word (``metadata`` is echoed in the response, as OpenAI does)."""
 
 ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
+MESSAGE_ROLES = tuple(role for role in ROLES if role != "tool")
+"""The roles of a message item (a tool's result is a function_call_output item)."""
 
 
 class _FunctionTool(BaseModel):
@@ -366,10 +368,10 @@ def _add_item(
 def _message(where: str, item: dict[str, Any]) -> dict[str, Any]:
     """A message item as a chat message: its role, and its text parts joined."""
     role = item.get("role")
-    if role not in ("user", "system", "developer", "assistant"):
+    if role not in MESSAGE_ROLES:
         raise ApiError(
             400,
-            f"{where}.role is {role!r}; it must be one of user, system, developer, assistant",
+            f"{where}.role is {role!r}; it must be one of {', '.join(MESSAGE_ROLES)}",
             param=f"{where}.role",
         )
     content = item.get("content")
