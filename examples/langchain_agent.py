@@ -8,7 +8,7 @@ the agent loop is LangChain's ``create_agent``. Point it at your two vLLM server
     python examples/langchain_agent.py
 
 Tool calling needs models that can call tools (Qwen3, for example); the tiny models of the
-test suite and the Gemma 270M demo cannot. ``tests/unit/test_langchain_agent_scripted.py``
+test suite and the Gemma 270M demo cannot. ``tests/component/test_langchain_agent_scripted.py``
 runs this same agent against a scripted server that answers like a capable model.
 """
 

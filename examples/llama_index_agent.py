@@ -8,7 +8,7 @@ the agent streams, its default. Point it at your two vLLM servers::
     python examples/llama_index_agent.py
 
 Tool calling needs models that can call tools (Qwen3, for example); the tiny models of the
-test suite and the Gemma 270M demo cannot. ``tests/unit/test_llama_index_scripted.py`` runs
+test suite and the Gemma 270M demo cannot. ``tests/component/test_llama_index_scripted.py`` runs
 this same agent against a scripted server that answers like a capable model.
 """
 

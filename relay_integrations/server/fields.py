@@ -4,7 +4,7 @@ refused too, so a typo or a vLLM option the relay does not carry is never lost s
 
     refuse_field("reasoning_effort", "low", accepted)  # ApiError(400, "reasoning_effort: ...")
 
-``docs/deployment.md`` lists every field with its fate; ``tests/unit/test_server_fields.py``
+``docs/deployment.md`` lists every field with its fate; ``tests/component/test_server_fields.py``
 checks each row.
 """
 

@@ -1,24 +1,24 @@
-"""The unit tests' upstream: two capable scripted models ("large" and "small") served on a
-thread of their own, like a real server, so that sync code and LlamaIndex (which reads its
-sync ``metadata`` from inside its event loop) reach it alike. One per test module."""
+"""The unit tests start no server and no process: pure logic, fast. A test that listens on a
+socket or starts a process fails here, naming where it belongs (tests/component)."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
-from tests.fakes.capable_model import capable_server
+ELSEWHERE = "a unit test starts no server and no process: this test belongs in tests/component"
 
 
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[ScriptedVLLM]:
-    with serving(capable_server()) as running:
-        yield running
+@pytest.fixture(scope="package", autouse=True)
+def no_server_and_no_process() -> Iterator[None]:
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(ELSEWHERE)
 
-
-@pytest.fixture(scope="module")
-def server(upstream: ScriptedVLLM) -> ScriptedVLLM:
-    """The same upstream, under the name the adapters' tests give it."""
-    return upstream
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(socket.socket, "listen", refused)
+        patch.setattr(subprocess.Popen, "__init__", refused)  # asyncio's subprocesses too
+        yield

@@ -230,7 +230,7 @@ CASES: list[tuple[str, str, Any, int, str, str | None]] = [
         "valid boolean",
         "stream_options.include_usage",
     ),
-    # found by tests/unit/test_server_fuzz.py: each was a 500 or reached the upstream
+    # found by tests/component/test_server_fuzz.py: each was a 500 or reached the upstream
     ("nesting past the limit", POST, b"[" * 65 + b"]" * 65, 400, "deeper than 64 levels", None),
     ("nesting past Python's recursion limit", POST, b"[" * 2000, 400, "deeper than 64", None),
     (

@@ -24,9 +24,9 @@ from relay_integrations.server.responses_request import (
     ResponsesRequest,
 )
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM
+from tests.component.test_server_fuzz import LIMITS, SCALE, UPSTREAM_CODES, encode, json_values, put
 from tests.fakes.capable_model import capable_relay_config
 from tests.fakes.relay_http import relay_http
-from tests.unit.test_server_fuzz import LIMITS, SCALE, UPSTREAM_CODES, encode, json_values, put
 
 EXAMPLES = {"wrong types": 700, "items": 300, "unknown fields": 200}
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")

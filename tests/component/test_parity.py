@@ -1,7 +1,7 @@
 """What a ``ChatOpenAI`` / ``ChatDeepSeek`` user writes, run on ``RelayChatModel``, and what a
 LlamaIndex ``OpenAILike`` user writes, run on ``RelayLLM``: each row works with the same
 meaning (checked against the requests the scripted servers received) or is refused at once
-with a message that names the alternative. ``python -m tests.unit.test_parity`` prints the
+with a message that names the alternative. ``python -m tests.component.test_parity`` prints the
 table with the real messages (docs/langchain.md and docs/llama-index.md show it)."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from relay_integrations.relay import (
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
 from relay_integrations.upstream.availability import ServerDown
 from relay_integrations.upstream.endpoint import Endpoint, UpstreamFailure
-from tests.unit.test_switcher_scripted import CUES, MESSAGES, TRACE
+from tests.component.test_switcher_scripted import CUES, MESSAGES, TRACE
 
 RETRYING = "retrying in"  # the endpoint's log line before each retry
 

@@ -6,7 +6,7 @@ problem, and a refused request reaches neither upstream model; after all of them
 their baseline.
 
 The runs are repeatable (``derandomize``, no example database) and bounded by example counts,
-not time. ``RELAY_FUZZ_SCALE=0.05 pytest tests/unit/test_server_fuzz.py`` runs a twentieth.
+not time. ``RELAY_FUZZ_SCALE=0.05 pytest tests/component/test_server_fuzz.py`` runs a twentieth.
 """
 
 from __future__ import annotations
