@@ -45,7 +45,7 @@ SSE_HEADERS = [
 
 class Wire(Protocol):
     """How one API writes a generation: the whole object, or the stream's events (each a
-    whole SSE event, ``data: ...\n\n``)."""
+    whole SSE event, ending in a blank line)."""
 
     def whole(self, response: ChatResponse) -> dict[str, Any]: ...
     def opening(self) -> list[bytes]: ...
