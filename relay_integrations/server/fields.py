@@ -84,6 +84,31 @@ OFF_VALUES: Mapping[str, tuple[Any, ...]] = {
 """Values of refused fields that ask for nothing the relay lacks; they are accepted (null too)."""
 
 
+def declared_fields(
+    body: Any,
+    fields: Collection[str],
+    ignored: Collection[str],
+    *,
+    refused: Mapping[str, str] = REFUSED,
+    off_values: Mapping[str, tuple[Any, ...]] = OFF_VALUES,
+    requests: str = "chat completion requests",
+) -> dict[str, Any]:
+    """The fields of a request body that its model declares (`fields`), for it to validate:
+    the `ignored` ones are dropped, any other is refused (:func:`refuse_field`)."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    accepted = [*fields, *ignored]
+    declared = {}
+    for name, value in body.items():
+        if name in fields:
+            declared[name] = value
+        elif name not in ignored:  # refused, unless set to what asks for nothing
+            refuse_field(
+                name, value, accepted, refused=refused, off_values=off_values, requests=requests
+            )
+    return declared
+
+
 def refuse_field(
     name: str,
     value: Any,

@@ -34,7 +34,7 @@ from ..chat.habits import REFUSED_FIELDS
 from ..relay.config import RequestHook
 from ..upstream.config import MODEL_SAMPLING_FIELDS, OptionalSampling, SamplingConfig
 from .errors import ApiError
-from .fields import IGNORED_FIELDS, refuse_field
+from .fields import IGNORED_FIELDS, declared_fields
 from .settings import ServerSettings
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -54,7 +54,9 @@ class StreamOptions(BaseModel):
     include_obfuscation: StrictBool | None = None
 
 
-class _Function(BaseModel):
+class FunctionSpec(BaseModel):
+    """A function tool's name, description and JSON-schema parameters, checked."""
+
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
@@ -77,7 +79,7 @@ class _Function(BaseModel):
 
 class Tool(BaseModel):
     type: Literal["function"]
-    function: _Function
+    function: FunctionSpec
 
 
 class _FunctionName(BaseModel):
@@ -125,14 +127,7 @@ class ChatCompletionRequest(OptionalSampling):
     @classmethod
     def of(cls, body: Any, limits: ServerSettings) -> ChatCompletionRequest:
         """Validate a parsed body; every problem is a 400 naming its field."""
-        if not isinstance(body, dict):
-            raise ApiError(400, "the request body must be a JSON object")
-        declared = {}
-        for name, value in body.items():
-            if name in cls.model_fields:
-                declared[name] = value
-            elif name not in IGNORED_FIELDS:  # refused, unless set to what asks for nothing
-                refuse_field(name, value, accepted=[*cls.model_fields, *IGNORED_FIELDS])
+        declared = declared_fields(body, cls.model_fields, IGNORED_FIELDS)
         try:
             request = cls.model_validate(declared)
         except ValidationError as invalid:

@@ -28,7 +28,6 @@ from pydantic import (
     PrivateAttr,
     StrictBool,
     ValidationError,
-    field_validator,
 )
 
 from ..chat.exchange import (
@@ -41,8 +40,8 @@ from ..chat.exchange import (
 from ..relay.config import RequestHook
 from ..upstream.config import MODEL_SAMPLING_FIELDS, OptionalSampling, SamplingConfig
 from .errors import ApiError
-from .fields import IGNORED_FIELDS, REFUSED, refuse_field
-from .protocol import ROLES, TOOL_NAME, check_message, pydantic_error, relay_message
+from .fields import IGNORED_FIELDS, REFUSED, declared_fields
+from .protocol import ROLES, FunctionSpec, check_message, pydantic_error, relay_message
 from .settings import ServerSettings
 
 _NOT_STORED = (
@@ -89,28 +88,12 @@ MESSAGE_ROLES = tuple(role for role in ROLES if role != "tool")
 """The roles of a message item (a tool's result is a function_call_output item)."""
 
 
-class _FunctionTool(BaseModel):
+class _FunctionTool(FunctionSpec):
+    """A function tool in the Responses (flat) form: the chat form's function, with its type."""
+
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["function"]
-    name: str
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, name: str) -> str:
-        if not TOOL_NAME.match(name):
-            raise ValueError("a function name is 1-64 letters, digits, '_' or '-'")
-        return name
-
-    @field_validator("parameters")
-    @classmethod
-    def _parameters(cls, parameters: dict[str, Any] | None) -> dict[str, Any] | None:
-        if parameters is not None and parameters.get("type", "object") != "object":
-            raise ValueError("function parameters must be a JSON schema of type 'object'")
-        return parameters
 
     def chat_tool(self) -> dict[str, Any]:
         """The tool in the chat completions form the chat templates render."""
@@ -173,22 +156,14 @@ class ResponsesRequest(OptionalSampling):
     @classmethod
     def of(cls, body: Any, limits: ServerSettings) -> ResponsesRequest:
         """Validate a parsed body; every problem is a 400 naming its field."""
-        if not isinstance(body, dict):
-            raise ApiError(400, "the request body must be a JSON object")
-        declared = {}
-        accepted = [*cls.model_fields, *RESPONSES_IGNORED]
-        for name, value in body.items():
-            if name in cls.model_fields:
-                declared[name] = value
-            elif name not in RESPONSES_IGNORED:
-                refuse_field(
-                    name,
-                    value,
-                    accepted,
-                    refused=RESPONSES_REFUSED,
-                    off_values=RESPONSES_OFF_VALUES,
-                    requests="Responses requests",
-                )
+        declared = declared_fields(
+            body,
+            cls.model_fields,
+            RESPONSES_IGNORED,
+            refused=RESPONSES_REFUSED,
+            off_values=RESPONSES_OFF_VALUES,
+            requests="Responses requests",
+        )
         _refuse_hosted_tools(declared.get("tools"))
         try:
             request = cls.model_validate(declared)

@@ -67,8 +67,13 @@ PER_PROPERTY: dict[str, Counter[int]] = {}
 
 
 def fuzz_settings(name: str) -> Callable[[Any], Any]:
+    return bounded(EXAMPLES[name])
+
+
+def bounded(examples: int) -> Callable[[Any], Any]:
+    """Hypothesis settings of a property: repeatable, `examples` of them (times SCALE)."""
     return settings(
-        max_examples=max(1, round(EXAMPLES[name] * SCALE)),
+        max_examples=max(1, round(examples * SCALE)),
         deadline=None,
         derandomize=True,
         database=None,

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from relay_integrations.relay import SamplingConfig
@@ -24,7 +24,14 @@ from relay_integrations.server.responses_request import (
     ResponsesRequest,
 )
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM
-from tests.component.test_server_fuzz import LIMITS, SCALE, UPSTREAM_CODES, encode, json_values, put
+from tests.component.test_server_fuzz import (
+    LIMITS,
+    UPSTREAM_CODES,
+    bounded,
+    encode,
+    json_values,
+    put,
+)
 from tests.fakes.capable_model import capable_relay_config
 from tests.fakes.relay_http import relay_http
 
@@ -94,14 +101,7 @@ items = st.fixed_dictionaries(
 
 
 def fuzz_settings(name: str) -> Callable[[Any], Any]:
-    return settings(
-        max_examples=max(1, round(EXAMPLES[name] * SCALE)),
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-        print_blob=True,
-    )
+    return bounded(EXAMPLES[name])
 
 
 class Responses:
