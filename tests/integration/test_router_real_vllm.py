@@ -41,8 +41,8 @@ from .conftest import (
     Replica,
     Server,
     pair_options,
-    running_requests,
     settled_metric,
+    vllm_metric,
 )
 from .test_relay_real_vllm import QUESTION, QWEN_TRACE, qwen_config, run
 
@@ -50,6 +50,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.scale_out]
 
 SERVERS_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "vllm_servers.sh"
 FINISHED = "vllm:request_success_total"  # completion requests a replica finished
+GENERATED = "vllm:generation_tokens_total"  # tokens a replica generated, over all requests
 
 
 def long_prompt() -> list[dict[str, str]]:
@@ -132,15 +133,22 @@ async def workers_healthy(router: Server) -> bool:
     return len(workers) == 2 and all(worker["is_healthy"] for worker in workers)
 
 
-async def replica_writing(replicas: tuple[Replica, Replica]) -> Replica:
-    """The one replica generating a request, as soon as its gauge shows it (vLLM sets the
-    gauge after an engine step, so a loaded machine can read it a moment late)."""
+async def generated_per_replica(replicas: tuple[Replica, Replica]) -> list[float]:
+    return [await settled_metric(replica.root, GENERATED) for replica in replicas]
+
+
+async def replica_writing(replicas: tuple[Replica, Replica], generated: list[float]) -> Replica:
+    """The one replica whose generated-token counter has moved since `generated` (settled
+    before the generation began). A counter that moves, not vLLM's gauge of running
+    requests: the gauge is a snapshot of the last engine step, and on a loaded machine it
+    once named the idle replica, so the test killed the one that was not writing."""
     deadline = time.monotonic() + 10
     while True:
-        running = [await running_requests(replica.root) for replica in replicas]
-        if sorted(running) == [0, 1]:
-            return replicas[running.index(1)]
-        assert time.monotonic() < deadline, f"no one replica was generating: {running}"
+        now = [await vllm_metric(replica.root, GENERATED) for replica in replicas]
+        moved = [after > before for after, before in zip(now, generated, strict=True)]
+        if moved.count(True) == 1:
+            return replicas[moved.index(True)]
+        assert time.monotonic() < deadline, f"no one replica was generating: {now} {generated}"
         await asyncio.sleep(0.1)
 
 
@@ -167,6 +175,7 @@ async def test_a_replica_killed_mid_generation_costs_a_resume_and_no_text(
     config = qwen_config(router_hash, qwen_small)
     config = config.model_copy(update={"sampling": SamplingConfig(max_tokens=2048, seed=0)})
     before = await finished_per_replica(replicas)
+    generated = await generated_per_replica(replicas)
     streamed: list[str] = []
     result: RelayResult | None = None
     caplog.set_level(logging.WARNING, logger="relay_integrations")
@@ -175,7 +184,7 @@ async def test_a_replica_killed_mid_generation_costs_a_resume_and_no_text(
             if isinstance(event, TextDelta):
                 streamed.append(event.text)
                 if not restarted and len("".join(streamed)) > 120:
-                    victim = await replica_writing(replicas)
+                    victim = await replica_writing(replicas, generated)
                     await asyncio.to_thread(servers_script, "kill", victim.name)
                     restarted.append(victim)
             elif isinstance(event, RelayDone):
