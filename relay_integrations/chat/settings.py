@@ -56,6 +56,7 @@ from pydantic.fields import FieldInfo
 from ..relay.config import RelayConfig, RelayEnvironment, RequestHook, SwitchPolicy
 from ..relay.cues import CueSet
 from ..upstream.config import (
+    MODEL_ROLES,
     MODEL_SAMPLING_FIELDS,
     EndpointConfig,
     MinP,
@@ -450,7 +451,7 @@ class RelaySettings(BaseModel):
             self.api_key.get_secret_value() == environment.shared_api_key
         ):
             del given["api_key"]  # from RELAY_API_KEY: RELAY_LARGE__API_KEY still wins over it
-        for role in ("large", "small"):
+        for role in MODEL_ROLES:
             endpoint = data.setdefault(role, {})
             for name, key in _SHARED_ENDPOINT_FIELDS.items():
                 if given.get(name) is not None:

@@ -31,7 +31,7 @@ from ..calibration.candidates import DEFAULT_CANDIDATES
 from ..calibration.report import format_table, write_csv, write_plot
 from ..relay.artifact import CalibrationRecord, ModelIdentity, SelectionRule, save_artifact
 from ..relay.config import RelayConfig
-from ..upstream.config import EndpointConfig, SamplingConfig
+from ..upstream.config import MODEL_ROLES, EndpointConfig, SamplingConfig
 from ..upstream.errors import RelayError
 from .options import (
     add_endpoint_options,
@@ -52,7 +52,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--prompt-field", default="prompt", help="prompt field of --traces")
     parser.add_argument("--reasoning-field", default="reasoning", help="its reasoning field")
     parser.add_argument("--limit", type=int, help="use only the first N rows of the file")
-    add_endpoint_options(parser, "large", "small")
+    add_endpoint_options(parser, *MODEL_ROLES)
     parser.add_argument("--out", type=Path, default=Path("calibration"), help="output folder")
     parser.add_argument("--samples", type=int, default=4, help="traces per problem")
     add_sampling_options(parser, budget="token budget of one trace")

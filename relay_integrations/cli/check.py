@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from ..relay.config import RelayConfig
 from ..relay.server_check import ServerReport, check_servers
+from ..upstream.config import MODEL_ROLES
 from .options import add_cue_options, add_endpoint_options, configuration, relay_config
 
 STATUS_WIDTH, TITLE_WIDTH, LINE_WIDTH = 8, 21, 100
@@ -31,7 +32,7 @@ def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "check", help="probe the two vLLM servers: what would help or hurt the relay"
     )
-    add_endpoint_options(parser, "large", "small")
+    add_endpoint_options(parser, *MODEL_ROLES)
     add_cue_options(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON only")
     parser.set_defaults(run=run)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..relay.config import RelayConfig
-from ..upstream.config import SamplingConfig
+from ..upstream.config import MODEL_ROLES, SamplingConfig
 from ..upstream.errors import RelayError
 
 
@@ -61,7 +61,7 @@ def endpoint_values(
 
 def add_relay_options(parser: argparse.ArgumentParser) -> None:
     """Endpoints, cue set and sampling of a relay (``relaygen generate``, ``relaygen serve``)."""
-    add_endpoint_options(parser, "large", "small")
+    add_endpoint_options(parser, *MODEL_ROLES)
     add_cue_options(parser)
     parser.add_argument(
         "--max-small-tokens",
@@ -111,7 +111,7 @@ def sampling_values(args: argparse.Namespace, env: dict[str, Any]) -> dict[str, 
 def relay_config(args: argparse.Namespace) -> RelayConfig:
     """The environment's configuration (RELAY_*), with the command line's options on top."""
     values = RelayConfig.env_values()
-    for role in ("large", "small"):
+    for role in MODEL_ROLES:
         values[role] = endpoint_values(args, values, role)
     if args.cues:
         values["cues"] = _cues(args.cues)

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from ..upstream.config import EndpointConfig, Frozen, ModelRole, SamplingConfig
+from ..upstream.config import MODEL_ROLES, EndpointConfig, Frozen, ModelRole, SamplingConfig
 from ..upstream.headers import check_header_name
 
 Phase = Literal["reasoning", "answer"]
@@ -215,7 +215,7 @@ class RelayEnvironment:
             target[path[-1]] = _parse_env_value(raw)
         shared_key = env.get(prefix + "API_KEY") or None
         if shared_key:
-            for role in ("large", "small"):
+            for role in MODEL_ROLES:
                 data.setdefault(role, {}).setdefault("api_key", shared_key)
         return cls(data, shared_key)
 

@@ -34,13 +34,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from ..upstream.config import ModelRole
+from ..upstream.config import MODEL_ROLES, ModelRole
 from ..upstream.endpoint import CompletionRequest, Endpoint, ModelInfo, UpstreamFailure
 from ..upstream.errors import RelayError
 from ..upstream.rendering import ChatInput, PromptRenderer, RenderedPrompt
 from .config import ReasoningMarkers, RelayConfig
 from .reasoning import PromptReasoning
-from .switcher import ROLES, RelaySwitcher
+from .switcher import RelaySwitcher
 from .sync import shared_loop
 
 CheckStatus = Literal["ok", "warning", "problem", "unknown"]
@@ -117,20 +117,20 @@ async def check_servers(
     """
     async with RelaySwitcher(config, renderer=renderer) as relay:
         probe_id = f"relay-check-{uuid.uuid4().hex}"
-        served = await asyncio.gather(*(_served(relay.endpoints[role]) for role in ROLES))
-        infos = {role: info for role, (_, info) in zip(ROLES, served, strict=True) if info}
+        served = await asyncio.gather(*(_served(relay.endpoints[role]) for role in MODEL_ROLES))
+        infos = {role: info for role, (_, info) in zip(MODEL_ROLES, served, strict=True) if info}
         probed = await asyncio.gather(
-            *(_probe(relay, role, probe_id) for role in ROLES if role in infos)
+            *(_probe(relay, role, probe_id) for role in MODEL_ROLES if role in infos)
         )
         found = {result.role: result for result in probed}
     items = [item for item, _ in served]
     for check in ("stop_strings", "cached_tokens"):
-        items += [_item_of(found, role, check) for role in ROLES]
+        items += [_item_of(found, role, check) for role in MODEL_ROLES]
     items.append(_context_windows(infos))
     items.append(_chat_templates(found, config.markers))
     items.append(_cue_artifact(relay, infos))
     items.append(_item_of(found, "small", "continuation"))
-    items += [_item_of(found, role, "prefix_caching") for role in ROLES]
+    items += [_item_of(found, role, "prefix_caching") for role in MODEL_ROLES]
     return ServerReport(items=items)
 
 
@@ -310,11 +310,11 @@ async def _continuation(
 
 
 def _context_windows(infos: Mapping[ModelRole, ModelInfo]) -> CheckItem:
-    if len(infos) < len(ROLES):
+    if len(infos) < len(MODEL_ROLES):
         return _not_checked("context_windows", None, "a server did not answer")
     large, small = infos["large"].max_model_len, infos["small"].max_model_len
     if large is None or small is None:
-        silent = " and ".join(r for r in ROLES if infos[r].max_model_len is None)
+        silent = " and ".join(r for r in MODEL_ROLES if infos[r].max_model_len is None)
         found = f"the {silent} server does not say its max_model_len in /v1/models"
         return CheckItem(check="context_windows", status="unknown", found=found)
     found = f"large {large} tokens, small {small} tokens"
@@ -329,7 +329,7 @@ def _context_windows(infos: Mapping[ModelRole, ModelInfo]) -> CheckItem:
 
 
 def _chat_templates(found: Mapping[ModelRole, _Probed], markers: ReasoningMarkers) -> CheckItem:
-    if len(found) < len(ROLES):
+    if len(found) < len(MODEL_ROLES):
         return _not_checked("chat_templates", None, "a server did not answer")
     failed = {r: p.rendered for r, p in found.items() if isinstance(p.rendered, RelayError)}
     if failed:
@@ -386,7 +386,7 @@ def _cue_artifact(relay: RelaySwitcher, infos: Mapping[ModelRole, ModelInfo]) ->
     if pair is None:
         found = f"cues given as a list ({len(cues.cues)}) record no model pair to compare"
         return CheckItem(check="cue_artifact", status="ok", found=found)
-    if len(infos) < len(ROLES):
+    if len(infos) < len(MODEL_ROLES):
         return _not_checked("cue_artifact", None, "a server did not answer")
     mismatches = [
         mismatch

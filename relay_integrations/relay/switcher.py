@@ -25,7 +25,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from ..upstream.config import ModelRole, SamplingConfig
+from ..upstream.config import MODEL_ROLES, ModelRole, SamplingConfig
 from ..upstream.endpoint import Endpoint, UpstreamFailure
 from ..upstream.headers import check_header_value
 from ..upstream.rendering import (
@@ -43,8 +43,6 @@ from .cues import CueSet
 from .errors import ContextOverflowError, CueArtifactError, EndpointError
 from .final_event import final_event
 from .result import RelayDone, RelayEvent, RelayResult, SegmentDone, SegmentEnd
-
-ROLES: tuple[ModelRole, ModelRole] = ("large", "small")
 
 
 class RelaySwitcher(AsyncClosing):
@@ -68,11 +66,11 @@ class RelaySwitcher(AsyncClosing):
         self.turns = MethodTurns(config, self.cues)
         self.renderer: PromptRenderer = renderer or ServerChatTemplate()
         given = dict(endpoints or {})
-        if any(key not in ROLES or e.role != key for key, e in given.items()):
+        if any(key not in MODEL_ROLES or e.role != key for key, e in given.items()):
             mapped = {key: e.role for key, e in given.items()}
             raise ValueError(f"endpoints map 'large' and 'small' to their own role, not {mapped}")
         self.endpoints: dict[ModelRole, Endpoint] = {
-            role: given.get(role) or Endpoint(config.endpoint(role), role) for role in ROLES
+            role: given.get(role) or Endpoint(config.endpoint(role), role) for role in MODEL_ROLES
         }
 
     async def aclose(self) -> None:
@@ -115,7 +113,7 @@ class RelaySwitcher(AsyncClosing):
         )
         prepared: dict[ModelRole, tuple[RenderedPrompt, int | None]] = {}
         degraded = None
-        for role, outcome in zip(ROLES, (large, small), strict=True):
+        for role, outcome in zip(MODEL_ROLES, (large, small), strict=True):
             if isinstance(outcome, UpstreamFailure):
                 if role == "small" and self.config.policy.on_small_failure == "use_large":
                     # unreachable small model (at once while known down): the large one

@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..relay.config import RelayConfig, RequestHook
 from ..relay.cues import CueSet
 from ..relay.switcher import RelaySwitcher
-from ..upstream.config import EndpointConfig, ModelRole
+from ..upstream.config import MODEL_ROLES, EndpointConfig, ModelRole
 from ..upstream.endpoint import ModelInfo
 from ..upstream.errors import RelayError
 from .admission import Admission
@@ -393,8 +393,8 @@ def _sized(config: RelayConfig, generations: int) -> RelayConfig:
     beyond it) is the one that counts; a limit set explicitly (``RELAY_LARGE__MAX_CONCURRENCY``)
     is kept.
     """
-    sized = {}
-    for role in ("large", "small"):
+    sized: dict[str, EndpointConfig] = {}
+    for role in MODEL_ROLES:
         endpoint: EndpointConfig = getattr(config, role)
         if "max_concurrency" not in endpoint.model_fields_set:
             limit = max(endpoint.max_concurrency, generations)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -24,6 +24,8 @@ from .headers import check_header, check_header_value, check_proxy_url
 from .reserved_fields import check_extra_body
 
 ModelRole = Literal["large", "small"]
+MODEL_ROLES: tuple[ModelRole, ...] = get_args(ModelRole)
+"""The two models, in the order the relay lists them."""
 
 
 class Frozen(BaseModel):

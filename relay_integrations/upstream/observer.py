@@ -12,7 +12,7 @@ the endpoint's own, unchanged. Override what you need::
             print(endpoint.role, time.perf_counter() - self.sent.pop(id(request)), completed)
 
     endpoints = {role: Endpoint(config.endpoint(role), role, observer=Timings())
-                 for role in ("large", "small")}
+                 for role in MODEL_ROLES}
     relay = RelaySwitcher(config, endpoints=endpoints)
 
 The three callbacks of one request get the same request object, so ``id(request)`` keys what

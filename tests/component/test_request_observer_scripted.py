@@ -15,9 +15,8 @@ from relay_integrations.relay import (
     RelaySwitcher,
     SwitchPolicy,
 )
-from relay_integrations.relay.switcher import ROLES
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
-from relay_integrations.upstream.config import ModelRole
+from relay_integrations.upstream.config import MODEL_ROLES, ModelRole
 from relay_integrations.upstream.endpoint import CompletionRequest, Endpoint, StreamPiece
 from relay_integrations.upstream.observer import ObservedEndpoint, RequestObserver
 
@@ -68,7 +67,9 @@ def config(server: ScriptedVLLM, **policy: object) -> RelayConfig:
 
 
 def watched(relay_config: RelayConfig, observer: RequestObserver) -> dict[ModelRole, Endpoint]:
-    return {role: Endpoint(relay_config.endpoint(role), role, observer=observer) for role in ROLES}
+    return {
+        role: Endpoint(relay_config.endpoint(role), role, observer=observer) for role in MODEL_ROLES
+    }
 
 
 async def test_the_observer_sees_every_request_and_what_it_returned() -> None:

@@ -30,8 +30,8 @@ from relay_integrations.relay import (
     TextDelta,
 )
 from relay_integrations.relay.config import CONTEXT_MARGIN
-from relay_integrations.relay.switcher import ROLES
 from relay_integrations.testing import forcing, regex_literal
+from relay_integrations.upstream.config import MODEL_ROLES
 from relay_integrations.upstream.endpoint import CompletionRequest, Endpoint, StreamPiece
 from relay_integrations.upstream.observer import ObservedEndpoint, RequestObserver
 from tests.fakes.tcp_proxy import TcpProxy
@@ -279,7 +279,9 @@ async def test_no_request_opened_ahead_is_closed_when_every_hand_off_is_confirme
 
     counts = Counts()
     config = qwen_config(qwen_large, qwen_small)
-    endpoints = {role: Endpoint(config.endpoint(role), role, observer=counts) for role in ROLES}
+    endpoints = {
+        role: Endpoint(config.endpoint(role), role, observer=counts) for role in MODEL_ROLES
+    }
     async with RelaySwitcher(config, endpoints=endpoints) as relay:
         for _ in range(3):
             result = await relay.generate(QUESTION, request_hook=forcing(ALL_CONFIRMED))
@@ -318,7 +320,9 @@ async def test_a_request_observer_on_the_switchers_endpoints_sees_every_request(
             seen[request.headers["X-Request-Id"]].append("completed" if completed else "early")
 
     config = qwen_config(qwen_large, qwen_small)
-    endpoints = {role: Endpoint(config.endpoint(role), role, observer=Watching()) for role in ROLES}
+    endpoints = {
+        role: Endpoint(config.endpoint(role), role, observer=Watching()) for role in MODEL_ROLES
+    }
     async with RelaySwitcher(config, endpoints=endpoints) as relay:
         _, result = await run(relay, QWEN_TRACE)
     assert result.text == QWEN_TRACE
