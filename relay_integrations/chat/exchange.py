@@ -27,26 +27,12 @@ from ..relay.result import RelayDone, RelayResult, TextDelta
 from ..relay.switcher import RelaySwitcher
 from ..upstream.config import ModelRole, SamplingConfig
 from .constraints import calls_or_json, forced_call_schema, is_strict, strict_calls
+from .response_format import JsonObjectFormat, JsonSchemaFormat, ResponseFormat
 from .tool_calls import InvalidToolCall, ToolCall, ToolCallStream, new_call_id, parse_call
 
 Message = dict[str, Any]
 ToolChoice = Literal["auto", "none", "required"] | str
 """``auto``, ``none``, ``required`` (any tool), or the name of the tool that must be called."""
-
-
-@dataclass(frozen=True)
-class JsonSchemaFormat:
-    """The answer is JSON valid against ``schema`` (vLLM ``structured_outputs.json``)."""
-
-    schema: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class JsonObjectFormat:
-    """The answer is some JSON object (vLLM ``structured_outputs.json_object``)."""
-
-
-ResponseFormat = JsonSchemaFormat | JsonObjectFormat
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.v1 import BaseModel as BaseModelV1
 from pydantic.v1 import ValidationError as ValidationErrorV1
 
-from ..chat.exchange import (
-    ChatRequest,
-    ChatResponse,
+from ..chat.exchange import ChatRequest, ChatResponse, normalize_tool_choice
+from ..chat.response_format import (
+    FORMAT_TYPES,
     JsonObjectFormat,
     JsonSchemaFormat,
     ResponseFormat,
-    normalize_tool_choice,
+    response_format_of,
 )
 from ..chat.settings import RelaySettings
 from ..relay.errors import ContextOverflowError as RelayOverflow
@@ -470,15 +470,10 @@ def _response_format(value: Any) -> ResponseFormat | None:
             f"response_format {value!r}: give a pydantic class, a TypedDict, a JSON schema "
             'or {"type": "json_object"}'
         )
-    kind = value.get("type")
-    if kind == "json_object":
-        return JsonObjectFormat()
-    if kind == "text":
-        return None
-    if kind == "json_schema" and isinstance(value.get("json_schema"), dict):
-        return JsonSchemaFormat(value["json_schema"]["schema"])
-    if "schema" in value and "name" in value:
-        return JsonSchemaFormat(value["schema"])
+    if value.get("type") in FORMAT_TYPES:
+        return response_format_of(value)
+    if "schema" in value and "name" in value:  # the json_schema object alone
+        return response_format_of({**value, "type": "json_schema"})
     return JsonSchemaFormat(_json_schema(value))
 
 

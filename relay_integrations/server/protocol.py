@@ -21,16 +21,19 @@ import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
-
-from ..chat.exchange import (
-    ChatRequest,
-    JsonObjectFormat,
-    JsonSchemaFormat,
-    ResponseFormat,
-    normalize_tool_choice,
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    ValidationError,
+    field_validator,
 )
+
+from ..chat.exchange import ChatRequest, normalize_tool_choice
 from ..chat.habits import REFUSED_FIELDS
+from ..chat.response_format import ResponseFormat, response_format_of
 from ..relay.config import RequestHook
 from ..upstream.config import MODEL_SAMPLING_FIELDS, OptionalSampling, SamplingConfig
 from .errors import ApiError
@@ -123,6 +126,7 @@ class ChatCompletionRequest(OptionalSampling):
     parallel_tool_calls: StrictBool = True
     response_format: _ResponseFormat | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    _answer_format: ResponseFormat | None = PrivateAttr(default=None)
 
     @classmethod
     def of(cls, body: Any, limits: ServerSettings) -> ChatCompletionRequest:
@@ -180,14 +184,7 @@ class ChatCompletionRequest(OptionalSampling):
         self._check_stop(limits)
         if self.tool_choice not in (None, "auto", "none") and not self.tools:
             raise ApiError(400, "tool_choice needs tools", param="tool_choice")
-        answer_format = self.response_format
-        if answer_format and answer_format.type == "json_schema" and not answer_format.json_schema:
-            raise ApiError(
-                400,
-                "response_format of type json_schema needs a json_schema object "
-                '({"name": ..., "schema": {...}})',
-                param="response_format.json_schema",
-            )
+        self._answer_format = answer_format(self.response_format, "response_format")
 
     def _check_stop(self, limits: ServerSettings) -> None:
         stops = [self.stop] if isinstance(self.stop, str) else self.stop or []
@@ -234,7 +231,7 @@ class ChatCompletionRequest(OptionalSampling):
                 tools=tools,
                 tool_choice=normalize_tool_choice(tool_choice),
                 parallel_tool_calls=self.parallel_tool_calls,
-                response_format=self._format(),
+                response_format=self._answer_format,
                 stop=stop,
                 sampling=sampling,
                 chat_template_kwargs=self.chat_template_kwargs or {},
@@ -244,14 +241,16 @@ class ChatCompletionRequest(OptionalSampling):
         except (ValueError, KeyError) as invalid:
             raise ApiError(400, f"tool_choice: {invalid}", param="tool_choice") from None
 
-    def _format(self) -> ResponseFormat | None:
-        response_format = self.response_format
-        if response_format is None or response_format.type == "text":
-            return None
-        if response_format.type == "json_object":
-            return JsonObjectFormat()
-        assert response_format.json_schema is not None  # checked in _check
-        return JsonSchemaFormat(response_format.json_schema.schema_)
+
+def answer_format(given: BaseModel | None, where: str) -> ResponseFormat | None:
+    """A request's validated response format as the relay's; a 400 naming `where` if it
+    has no schema to follow."""
+    if given is None:
+        return None
+    try:
+        return response_format_of(given.model_dump(by_alias=True, exclude_none=True), where)
+    except ValueError as invalid:
+        raise ApiError(400, str(invalid), param=where) from None
 
 
 def pydantic_error(invalid: ValidationError) -> ApiError:

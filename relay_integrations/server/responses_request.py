@@ -30,18 +30,20 @@ from pydantic import (
     ValidationError,
 )
 
-from ..chat.exchange import (
-    ChatRequest,
-    JsonObjectFormat,
-    JsonSchemaFormat,
-    ResponseFormat,
-    normalize_tool_choice,
-)
+from ..chat.exchange import ChatRequest, normalize_tool_choice
+from ..chat.response_format import ResponseFormat
 from ..relay.config import RequestHook
 from ..upstream.config import MODEL_SAMPLING_FIELDS, OptionalSampling, SamplingConfig
 from .errors import ApiError
 from .fields import IGNORED_FIELDS, REFUSED, declared_fields
-from .protocol import ROLES, FunctionSpec, check_message, pydantic_error, relay_message
+from .protocol import (
+    ROLES,
+    FunctionSpec,
+    answer_format,
+    check_message,
+    pydantic_error,
+    relay_message,
+)
 from .settings import ServerSettings
 
 _NOT_STORED = (
@@ -152,6 +154,7 @@ class ResponsesRequest(OptionalSampling):
     metadata: dict[str, str] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     _messages: list[dict[str, Any]] = PrivateAttr(default_factory=list)
+    _answer_format: ResponseFormat | None = PrivateAttr(default=None)
 
     @classmethod
     def of(cls, body: Any, limits: ServerSettings) -> ResponsesRequest:
@@ -182,14 +185,7 @@ class ResponsesRequest(OptionalSampling):
             )
         if self.tool_choice not in (None, "auto", "none") and not self.tools:
             raise ApiError(400, "tool_choice needs tools", param="tool_choice")
-        answer_format = self.text.format if self.text else None
-        if answer_format and answer_format.type == "json_schema" and answer_format.schema_ is None:
-            raise ApiError(
-                400,
-                "text.format of type json_schema needs a schema "
-                '({"type": "json_schema", "name": ..., "schema": {...}})',
-                param="text.format.schema",
-            )
+        self._answer_format = answer_format(self.text.format if self.text else None, "text.format")
         self._messages = messages = self.messages()
         if len(messages) > limits.max_messages:
             raise ApiError(
@@ -239,7 +235,7 @@ class ResponsesRequest(OptionalSampling):
                 tools=[tool.chat_tool() for tool in self.tools or ()],
                 tool_choice=normalize_tool_choice(wanted),
                 parallel_tool_calls=self.parallel_tool_calls is not False,
-                response_format=self._format(),
+                response_format=self._answer_format,
                 sampling=sampling,
                 chat_template_kwargs=self.chat_template_kwargs or {},
                 generation_id=generation_id,
@@ -271,15 +267,6 @@ class ResponsesRequest(OptionalSampling):
             "reasoning": None,
             "user": None,
         }
-
-    def _format(self) -> ResponseFormat | None:
-        answer_format = self.text.format if self.text else None
-        if answer_format is None or answer_format.type == "text":
-            return None
-        if answer_format.type == "json_object":
-            return JsonObjectFormat()
-        assert answer_format.schema_ is not None  # checked in _check
-        return JsonSchemaFormat(answer_format.schema_)
 
 
 def _refuse_hosted_tools(tools: Any) -> None:

@@ -205,8 +205,8 @@ CASES: list[tuple[str, str, Any, int, str, str | None]] = [
         POST,
         chat(response_format={"type": "json_schema"}),
         400,
-        "needs a json_schema object",
-        "response_format.json_schema",
+        "needs a schema object",
+        "response_format",
     ),
     (
         "unknown response_format type",

@@ -377,8 +377,8 @@ def test_every_refused_field_is_a_400_naming_it_and_its_off_value_passes(
         ({"input": QUESTION, "text": {"verbosity": "high"}}, "text.verbosity", ""),
         (
             {"input": QUESTION, "text": {"format": {"type": "json_schema"}}},
-            "text.format.schema",
-            "",
+            "text.format",
+            "needs a schema object",
         ),
         ({"input": QUESTION, "max_output_tokens": 0}, "max_output_tokens", ""),
     ],

@@ -4,16 +4,17 @@ a response format, tools offered with one, strict tools)."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 
 from relay_integrations.chat.constraints import with_strict
-from relay_integrations.chat.exchange import (
-    ChatRequest,
+from relay_integrations.chat.exchange import ChatRequest, normalize_tool_choice
+from relay_integrations.chat.response_format import (
     JsonObjectFormat,
     JsonSchemaFormat,
-    normalize_tool_choice,
+    response_format_of,
 )
 
 WEATHER = {
@@ -157,3 +158,42 @@ def test_a_chat_with_no_messages_or_with_media_is_refused_with_its_place() -> No
         ChatRequest(chat)
     text_parts = [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]
     assert ChatRequest(text_parts).messages == text_parts
+
+
+ANSWER_SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        (
+            {"type": "json_schema", "json_schema": {"name": "a", "schema": ANSWER_SCHEMA}},
+            JsonSchemaFormat(ANSWER_SCHEMA),
+        ),  # chat completions
+        (
+            {"type": "json_schema", "name": "a", "schema": ANSWER_SCHEMA, "strict": True},
+            JsonSchemaFormat(ANSWER_SCHEMA),
+        ),  # the Responses API's text.format
+        ({"type": "json_object"}, JsonObjectFormat()),
+        ({"type": "text"}, None),
+    ],
+)
+def test_both_apis_response_formats_read_one_way(given: dict[str, Any], expected: object) -> None:
+    assert response_format_of(given) == expected
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"type": "json_schema"}, "text.format of type json_schema needs a schema object"),
+        ({"type": "json_schema", "json_schema": {"name": "a"}}, "needs a schema object"),
+        ({"type": "json_schema", "schema": "object"}, "needs a schema object"),
+        ({"type": "xml"}, "text.format has type 'xml'; it must be one of text, json_object"),
+        ({}, "has type None"),
+    ],
+)
+def test_a_response_format_without_a_schema_to_follow_is_refused(
+    given: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        response_format_of(given, "text.format")
