@@ -20,7 +20,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -180,7 +179,8 @@ class Generation:
                 await self.recovery.wait_for(role, failure, written=bool(self.transcript))
                 continue
             assert end is not None, "a request that did not break ends with its RequestEnd"
-            decision = await self._apply(role, self.turns.decide(turn, end), end.pieces)
+            decision = self.turns.decide(turn, end)
+            await self._apply(decision)
         yield decision
 
     async def _send(
@@ -222,25 +222,24 @@ class Generation:
             await self.handoff.discard()
             self.tally.count(role, phase, turn, 0, 0, pieces if tokens is None else tokens)
             raise
-        end = (finish_reason, stop_reason, turn.completion_tokens, self.transcript, self.phase)
-        yield RequestEnd(*end, pieces)
+        yield RequestEnd(
+            finish_reason,
+            stop_reason,
+            turn.completion_tokens,
+            self.transcript,
+            self.phase,
+            pieces,
+            room=self.budget.room(role, self.phase, self.tally),
+            spent=self.budget.spent(self.phase, self.tally),
+        )
 
-    async def _apply(self, role: ModelRole, decision: TurnDecision, pieces: int) -> TurnDecision:
-        """Carry out a request's decision: cut the transcript, settle a request that ran out
-        of allowance, and discard the speculative hand-off if the turn does not hand off
-        where it was foreseen. Returns the decision as it stands."""
+    async def _apply(self, decision: TurnDecision) -> None:
+        """Carry out the table's decision on a request's end: cut the transcript, and discard
+        the speculative hand-off if the turn does not hand off where it was foreseen."""
         if decision.cut is not None:
             self.transcript = self.transcript[: decision.cut]  # only text not yet released
-        if decision.ended == "length":
-            # The request's allowance ran out. If the phase changed while it ran (a model
-            # that answered without reasoning is no longer held to the answer's reserve),
-            # room is left: write on; the turn ends at its next request when none is.
-            room_left = pieces > 0 and self.budget.room(role, self.phase, self.tally) > 0
-            spent = self.budget.spent(self.phase, self.tally)
-            decision = WRITE_ON if room_left else replace(decision, ended=spent)
         if decision.ended is None or not self.handoff.foreseen(self.transcript):
             await self.handoff.discard()  # no hand-off, or not where it was foreseen
-        return decision
 
     async def _open_handoff(self, forecast: Forecast, counted: int, written: int) -> None:
         """After a piece that did not end the request (`written` tokens of it so far,

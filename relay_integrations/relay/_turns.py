@@ -87,6 +87,12 @@ class RequestEnd:
     phase: Phase
     pieces: int = 0
     """Stream pieces that carried text."""
+    room: int = 0
+    """Tokens the writer may still write in the phase the request left (the budget, its
+    context window, the reasoning limit and the answer's reserve)."""
+    spent: SegmentEnd = "length"
+    """Why there is no room, when there is none: the budget or context, or the reasoning
+    limit (``reasoning_budget``)."""
 
 
 @dataclass(frozen=True)
@@ -252,7 +258,7 @@ class MethodTurns:
         """A large request ended: at a cue (hand off at its hand-off point, unless it came
         within the cooldown), at the end of reasoning, at the budget, or at its own end."""
         if end.finish_reason == "length":
-            return TurnDecision("length")
+            return _out_of_allowance(end)
         if end.stop_reason == self.config.markers.end:
             return TurnDecision("end_of_reasoning")
         if not isinstance(end.stop_reason, str):
@@ -281,9 +287,18 @@ class MethodTurns:
             return TurnDecision("sentence_end" if sentence_ended else None, cut=cut)
         if end.finish_reason == "length":
             capped = end.turn_tokens >= self.config.policy.max_small_tokens
-            return TurnDecision("segment_cap" if capped else "length")
+            return TurnDecision("segment_cap") if capped else _out_of_allowance(end)
         return TurnDecision("stop")  # end of sequence mid-reasoning: the large model decides
 
 
 def _after_answer(end: RequestEnd) -> TurnDecision:
-    return TurnDecision("length" if end.finish_reason == "length" else "stop")
+    return _out_of_allowance(end) if end.finish_reason == "length" else TurnDecision("stop")
+
+
+def _out_of_allowance(end: RequestEnd) -> TurnDecision:
+    """A request wrote all it was allowed. Room left means the phase changed while it ran (a
+    model that answered without reasoning is no longer held to the answer's reserve): the
+    turn writes on. Otherwise the turn ends for the reason the room ran out."""
+    if end.pieces > 0 and end.room > 0:
+        return WRITE_ON
+    return TurnDecision(end.spent)

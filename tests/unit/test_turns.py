@@ -61,8 +61,12 @@ def end(
     finish_reason: str | None = "stop",
     turn_tokens: int = 10,
     phase: Phase = "reasoning",
+    room: int = 0,
+    spent: SegmentEnd = "length",
 ) -> RequestEnd:
-    return RequestEnd(finish_reason, stop_reason, turn_tokens, transcript, phase)
+    return RequestEnd(
+        finish_reason, stop_reason, turn_tokens, transcript, phase, 3, room=room, spent=spent
+    )
 
 
 # --- the rows of the table: each (turn, end) and what follows ---------------------------------
@@ -140,6 +144,9 @@ def test_the_rows_are_values() -> None:
 
 REASON_ENDS: list[tuple[RequestEnd, TurnDecision]] = [
     (end("x. Now", finish_reason="length"), TurnDecision("length")),
+    (end("x.", finish_reason="length", spent="reasoning_budget"), TurnDecision("reasoning_budget")),
+    # the allowance ran out but room is left (it answered without reasoning): write on
+    (end("x.", finish_reason="length", phase="answer", room=50), WRITE_ON),
     (end(f"x.\n{END}", stop_reason=END), TurnDecision("end_of_reasoning")),
     (end("x.", stop_reason=None), TurnDecision("stop")),  # end of sequence
     (end("x.", stop_reason=151645), TurnDecision("stop")),  # a stop token
@@ -166,6 +173,11 @@ SMALL_ENDS: list[tuple[dict[str, Any], RequestEnd, TurnDecision]] = [
     ({}, end("x. It is 4.\n", stop_reason=".\n"), TurnDecision("sentence_end", cut=11)),
     ({}, end("x. So", finish_reason="length", turn_tokens=128), TurnDecision("segment_cap")),
     ({}, end("x. So", finish_reason="length", turn_tokens=20), TurnDecision("length")),
+    (
+        {},
+        end("x. So", finish_reason="length", turn_tokens=20, spent="reasoning_budget"),
+        TurnDecision("reasoning_budget"),
+    ),
     ({}, end("x. So", stop_reason=None), TurnDecision("stop")),
 ]
 
@@ -185,6 +197,14 @@ def test_each_end_of_an_answer_request(finish: str | None, ended: SegmentEnd) ->
     turns = method()
     request_end = end("The answer is 4.", finish_reason=finish, phase="answer")
     assert turns.decide(turns.answer, request_end) == TurnDecision(ended)
+
+
+def test_a_request_out_of_allowance_with_room_left_writes_on_and_one_with_no_text_ends() -> None:
+    turns = method()
+    room_left = end("The answer", finish_reason="length", phase="answer", room=10)
+    assert turns.decide(turns.answer, room_left) == WRITE_ON
+    wrote_nothing = RequestEnd("length", None, 0, "", "answer", pieces=0, room=10)
+    assert turns.decide(turns.answer, wrote_nothing) == TurnDecision("length")
 
 
 # --- a row's values for a run in progress ----------------------------------------------------
