@@ -81,9 +81,13 @@ class Relay:
         def hook(role: ModelRole, phase: str, transcript: str) -> Mapping[str, Any]:
             return force(transcript)
 
+        shared = self.switcher  # its endpoints, connections and all; it closes them
+        forced = RelaySwitcher(
+            shared.config, cues=shared.cues, endpoints=shared.endpoints, request_hook=hook
+        )
         messages = trace.messages(uuid.uuid4().hex)
         started = time.perf_counter()
-        result = await self.switcher.generate(messages, request_hook=hook)
+        result = await forced.generate(messages)
         wall = time.perf_counter() - started
         cached = result.cached_tokens
         return Generation(

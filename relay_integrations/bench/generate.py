@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..relay.config import CONTEXT_MARGIN, RequestHook
+from ..relay.config import CONTEXT_MARGIN
 from ..relay.reasoning import PromptReasoning, split_reasoning
 from ..relay.result import RelayResult
 from ..relay.switcher import RelaySwitcher
@@ -61,19 +61,16 @@ async def generate(
     problem: Problem,
     sample: int,
     sampling: SamplingConfig,
-    request_hook: RequestHook | None = None,
 ) -> BenchRecord:
     """Generate and grade one answer; a failure becomes a record with its error."""
     record = BenchRecord(mode=mode, problem_id=problem.id, sample=sample)
     started = time.perf_counter()
     try:
         if mode == "relay":
-            result = await switcher.generate(
-                problem.messages(), sampling=sampling, request_hook=request_hook
-            )
+            result = await switcher.generate(problem.messages(), sampling=sampling)
             _fill_from_relay(record, result)
         else:
-            await _solo(switcher, mode, problem, sampling, request_hook, record, started)
+            await _solo(switcher, mode, problem, sampling, record, started)
     except RelayError as failed:
         record.error = f"{type(failed).__name__}: {failed}"
         return record
@@ -100,7 +97,6 @@ async def _solo(
     role: ModelRole,
     problem: Problem,
     sampling: SamplingConfig,
-    request_hook: RequestHook | None,
     record: BenchRecord,
     started: float,
 ) -> None:
@@ -111,11 +107,12 @@ async def _solo(
     max_tokens = sampling.max_tokens
     if window is not None and prompt.token_count is not None:
         max_tokens = min(max_tokens, window - prompt.token_count - CONTEXT_MARGIN)
+    hook = switcher.request_hook
     request = CompletionRequest(
         prompt=prompt.text,
         max_tokens=max_tokens,
         sampling=sampling.request_fields(switcher.config.endpoint(role).sampling),
-        extra_body=dict(request_hook(role, "reasoning", "")) if request_hook else {},
+        extra_body=dict(hook(role, "reasoning", "")) if hook else {},
     )
     text = ""
     async for piece in endpoint.stream_completion(request):

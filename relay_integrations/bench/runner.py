@@ -79,7 +79,7 @@ async def run_bench(
             "use another --out or delete the file",
         )
     done = {r.key for r in latest(line.record for line in lines if line.record) if not r.error}
-    async with RelaySwitcher(config, cues=cues) as switcher:
+    async with RelaySwitcher(config, cues=cues, request_hook=request_hook) as switcher:
         for mode in modes:
             todo = [
                 (problem, sample)
@@ -96,7 +96,7 @@ async def run_bench(
                     sampling = config.sampling
                     if sampling.seed is not None:  # reproducible, and distinct per sample
                         sampling = sampling.model_copy(update={"seed": sampling.seed + sample})
-                    record = await generate(switcher, mode, problem, sample, sampling, request_hook)
+                    record = await generate(switcher, mode, problem, sample, sampling)
                     results.append(ResultLine(record=record))
                     bar.advance(note="failed: " + record.error[:60] if record.error else "")
 

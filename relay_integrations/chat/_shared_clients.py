@@ -1,13 +1,15 @@
 """Relay clients shared by every model that talks to the same endpoints.
 
 A model's client (:class:`~.client.RelayClient`: its connections, per event loop) depends on
-the endpoints, the cue set, the policy and the renderer, not on the sampling, which every
-request carries. Models whose client would be the same share one, as ``ChatOpenAI`` instances
+the endpoints, the cue set, the policy, the renderer and the request hook, not on the
+sampling, which every request carries. Models whose client would be the same share one, as
+``ChatOpenAI`` instances
 share their HTTP client: a ``model_copy(update={"temperature": 0.2})``, a
 ``configurable_fields`` model made per call, or a model per request all use the connections
 already open::
 
-    lease = lease_client(model, client_key(config, renderer), config, renderer)
+    key = client_key(config, renderer, request_hook)
+    lease = lease_client(model, key, config, renderer, request_hook)
     await lease.client.respond(request)
     last = lease.release()   # the client, if that was its last holder (the caller closes it)
 
@@ -26,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, SecretStr
 
-from ..relay.config import RelayConfig
+from ..relay.config import RelayConfig, RequestHook
 from ..relay.cues import CueSet
 from ..upstream.config import SamplingConfig
 from ..upstream.rendering import PromptRenderer
@@ -66,16 +68,21 @@ class ClientLease:
 
 
 def lease_client(
-    owner: object, key: str, config: RelayConfig, renderer: PromptRenderer | None
+    owner: object,
+    key: str,
+    config: RelayConfig,
+    renderer: PromptRenderer | None,
+    request_hook: RequestHook | None = None,
 ) -> ClientLease:
-    """A lease on the client of `key` (:func:`client_key` of `config` and `renderer`),
+    """A lease on the client of `key` (:func:`client_key` of the other arguments),
     shared with every other model whose client would be the same; made (and its cue set
     loaded) if there is none."""
     with _lock:
         held = _held.get(key)
         if held is None:
             shared = config.model_copy(update={"sampling": SamplingConfig()})
-            client = RelayClient(shared, CueSet.load(config.cues), renderer=renderer)
+            cues = CueSet.load(config.cues)
+            client = RelayClient(shared, cues, renderer=renderer, request_hook=request_hook)
             _held[key] = (client, 1)
         else:
             client = held[0]
@@ -83,12 +90,15 @@ def lease_client(
     return ClientLease(key, client, owner)
 
 
-def client_key(config: RelayConfig, renderer: PromptRenderer | None) -> str:
+def client_key(
+    config: RelayConfig, renderer: PromptRenderer | None, request_hook: RequestHook | None = None
+) -> str:
     """What makes two clients the same: the configuration without its sampling (every
-    request carries its own), secrets included, and the renderer and session factories (as
-    objects). A digest, so that no key is kept in the clear."""
+    request carries its own), secrets included, and the renderer, request hook and session
+    factories (as objects). A digest, so that no key is kept in the clear."""
     identity = config.model_dump(exclude={"sampling"})
     identity["renderer"] = None if renderer is None else id(renderer)
+    identity["request_hook"] = None if request_hook is None else id(request_hook)
     identity["sessions"] = [id(config.large.session_factory), id(config.small.session_factory)]
     text = json.dumps(identity, sort_keys=True, default=_plain)
     return hashlib.sha256(text.encode()).hexdigest()

@@ -25,7 +25,7 @@ import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Generator
 from typing import Any, Literal, TypeVar, overload
 
-from ..relay.config import RelayConfig
+from ..relay.config import RelayConfig, RequestHook
 from ..relay.cues import CueSet
 from ..relay.final_event import final_event
 from ..relay.switcher import RelaySwitcher
@@ -42,11 +42,16 @@ class RelayClient:
     """Switchers per event loop (HTTP clients belong to one loop) over one configuration."""
 
     def __init__(
-        self, config: RelayConfig, cues: CueSet, renderer: PromptRenderer | None = None
+        self,
+        config: RelayConfig,
+        cues: CueSet,
+        renderer: PromptRenderer | None = None,
+        request_hook: RequestHook | None = None,
     ) -> None:
         self.config = config
         self.cues = cues
         self.renderer = renderer
+        self.request_hook = request_hook
         # Not weakly keyed: a switcher's connections hold its loop, so a weak key never died.
         self._switchers: dict[asyncio.AbstractEventLoop, _LoopSwitcher] = {}
         self._lock = threading.Lock()  # loops of several threads use one client
@@ -59,7 +64,9 @@ class RelayClient:
         loop = asyncio.get_running_loop()
         held = self._switchers.get(loop)
         if held is None:
-            switcher = RelaySwitcher(self.config, cues=self.cues, renderer=self.renderer)
+            switcher = RelaySwitcher(
+                self.config, cues=self.cues, renderer=self.renderer, request_hook=self.request_hook
+            )
             held = _LoopSwitcher(switcher, _closed_at_shutdown(self._switchers, loop))
             with self._lock:
                 self._forget_closed_loops()

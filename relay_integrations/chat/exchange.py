@@ -22,7 +22,7 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, overload
 
-from ..relay.config import RequestHook
+from ..relay.request import RelayRequest
 from ..relay.result import RelayDone, RelayResult, TextDelta
 from ..relay.switcher import RelaySwitcher
 from ..upstream.config import ModelRole, SamplingConfig
@@ -47,8 +47,6 @@ class ChatRequest:
     stop: Sequence[str] = ()
     sampling: SamplingConfig | None = None
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    request_hook: RequestHook | None = None
-    """Extra fields per upstream request (``relay_integrations.testing.forcing``, ...)."""
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     """vLLM fields for every request of both models (checked by the adapters)."""
     generation_id: str | None = None
@@ -100,6 +98,21 @@ class ChatRequest:
         if isinstance(self.response_format, JsonObjectFormat):
             return {"json_object": True}
         return {"json": answer_schema} if answer_schema is not None else None
+
+    def relay_request(self) -> RelayRequest:
+        """The relay generation this turn asks for: the tools the template shows, the answer
+        constrained as :meth:`answer_constraint` says."""
+        constraint = self.answer_constraint()
+        return RelayRequest(
+            self.messages,
+            tools=self.offered_tools,
+            chat_template_kwargs=self.chat_template_kwargs,
+            sampling=self.sampling,
+            stop=self.stop,
+            answer_extra_body={"structured_outputs": constraint} if constraint else {},
+            extra_body=self.extra_body,
+            generation_id=self.generation_id,
+        )
 
     def _answer_schema(self) -> dict[str, Any] | None:
         if isinstance(self.response_format, JsonSchemaFormat):
@@ -185,24 +198,13 @@ async def stream_chat(
     it is written (structured output that grows); calls in ``<tool_call>`` blocks still
     arrive whole.
     """
-    constraint = request.answer_constraint()
     forced = bool(request.forced_tools)
     forced_id = new_call_id()  # the forced call's id, in its chunks and once it is whole
     forced_json: list[str] = []  # a forced call's JSON as it is written, parsed at the end
     parser = ToolCallStream() if request.offered_tools and not forced else None
     answer = _Answer()
     result: RelayResult | None = None
-    async for event in switcher.stream(
-        request.messages,
-        tools=request.offered_tools or None,
-        chat_template_kwargs=request.chat_template_kwargs,
-        sampling=request.sampling,
-        stop=request.stop,
-        answer_extra_body={"structured_outputs": constraint} if constraint else None,
-        request_hook=request.request_hook,
-        extra_body=request.extra_body,
-        generation_id=request.generation_id,
-    ):
+    async for event in switcher.stream_request(request.relay_request()):
         if isinstance(event, TextDelta):
             if event.phase == "reasoning":
                 yield ReasoningDelta(event.text, event.model)

@@ -196,8 +196,8 @@ class RelaySettings(BaseModel):
     request_hook: RequestHook | None = Field(
         default=None,
         exclude=True,
-        description="Extra vLLM fields per upstream request; tests and benchmarks force known "
-        "outputs with relay_integrations.testing.forcing",
+        description="Extra vLLM fields per upstream request, given to the relay built for this "
+        "model; tests and benchmarks force known outputs with relay_integrations.testing.forcing",
     )
 
     _environment: RelayEnvironment = PrivateAttr()
@@ -264,7 +264,8 @@ class RelaySettings(BaseModel):
         state = _fingerprint(self, RelaySettings.model_fields)
         if self._configured_as is None or self._configured_as[0] != state:
             config = self._build_config(self._environment)
-            self._configured_as = (state, config, client_key(config, self.renderer))
+            key = client_key(config, self.renderer, self.request_hook)
+            self._configured_as = (state, config, key)
         return self._configured_as[1:]
 
     @property
@@ -279,7 +280,7 @@ class RelaySettings(BaseModel):
             left = lease.release()  # moved to other endpoints: the old ones may close
             if left is not None:
                 left.close_later()
-        self._lease = lease_client(self, key, config, self.renderer)
+        self._lease = lease_client(self, key, config, self.renderer, self.request_hook)
         return self._lease.client
 
     @classmethod
@@ -439,7 +440,6 @@ class RelaySettings(BaseModel):
                 **self.chat_template_kwargs,
                 **(call.get("chat_template_kwargs") or {}),
             },
-            request_hook=self.request_hook,
             extra_body=extra_body,
             **fields,
         )

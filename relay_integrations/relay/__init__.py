@@ -29,6 +29,7 @@ from .config import ReasoningMarkers, RelayConfig, SwitchPolicy
 from .cues import CueMatch, CueSet
 from .errors import ContextOverflowError, CueArtifactError, EndpointError
 from .reasoning import PromptReasoning, split_reasoning
+from .request import RelayRequest
 from .result import (
     ModelUsage,
     RelayDone,
@@ -66,6 +67,7 @@ __all__ = [
     "RelayDone",
     "RelayError",
     "RelayEvent",
+    "RelayRequest",
     "RelayResult",
     "RelayStats",
     "RelaySwitcher",

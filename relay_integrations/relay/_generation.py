@@ -18,12 +18,12 @@ The generation's other jobs are parts of their own: what it may still write
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from functools import partial
-from typing import Any
 
-from ..upstream.config import ModelRole, SamplingConfig
+from ..upstream.config import ModelRole
 from ..upstream.endpoint import (
     CompletionRequest,
     Endpoint,
@@ -41,6 +41,7 @@ from ._visible import VisibleText
 from ._warm_up import PromptWarmUp
 from .config import Phase, RelayConfig, RequestHook
 from .reasoning import PromptReasoning, split_reasoning
+from .request import RelayRequest
 from .result import (
     FinishReason,
     ModelUsage,
@@ -61,30 +62,26 @@ class Generation:
 
     def __init__(
         self,
+        request: RelayRequest,
         *,
-        generation_id: str,
         config: RelayConfig,
         turns: MethodTurns,
         endpoints: Mapping[ModelRole, Endpoint],
         prompts: Mapping[ModelRole, RenderedPrompt],
         context_windows: Mapping[ModelRole, int | None],
-        sampling: SamplingConfig,
         request_hook: RequestHook | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        answer_stops: Sequence[str] = (),
-        answer_extra_body: Mapping[str, Any] | None = None,
         started: float | None = None,
         degraded: str | None = None,
     ) -> None:
         """`prompts` holds the models that serve this generation (no small model's prompt:
-        the large model writes everything, and `degraded` says why). `answer_stops` and
-        `answer_extra_body` apply to the answer's requests only."""
-        self.id = generation_id
+        the large model writes everything, and `degraded` says why)."""
+        self.id = generation_id = request.generation_id or f"relay-{uuid.uuid4().hex}"
         self.config = config
         self.turns = turns
         self.endpoints = endpoints
-        self.answer_stops = tuple(answer_stops)
-        self.answer_extra_body = dict(answer_extra_body or {})
+        self.answer_stops = tuple(request.stop)
+        self.answer_extra_body = request.answer_extra_body
+        sampling = request.sampling or config.sampling
         self.mode = PromptReasoning.of(prompts["large"].text, config.markers)
         self.transcript = ""
         self.phase: Phase = "answer" if self.mode is PromptReasoning.CLOSED else "reasoning"
@@ -105,7 +102,7 @@ class Generation:
         self.handoff = HandoffSlot()
         self.recovery = Recovery(generation_id, config, endpoints, self.tally)
         self.requests = TurnRequests(
-            generation_id, config, turns, prompts, sampling, request_hook, dict(extra_body or {})
+            generation_id, config, turns, prompts, sampling, request_hook, request.extra_body
         )
         self._warm_up: PromptWarmUp | None = None
 

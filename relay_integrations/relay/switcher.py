@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from ..upstream.config import MODEL_ROLES, ModelRole, SamplingConfig
 from ..upstream.endpoint import Endpoint, UpstreamFailure
-from ..upstream.headers import check_header_value
 from ..upstream.rendering import (
     ChatInput,
     Message,
@@ -42,6 +40,7 @@ from .config import CONTEXT_MARGIN, RelayConfig, RequestHook
 from .cues import CueSet
 from .errors import ContextOverflowError, CueArtifactError, EndpointError
 from .final_event import final_event
+from .request import RelayRequest
 from .result import RelayDone, RelayEvent, RelayResult, SegmentDone, SegmentEnd
 
 
@@ -55,13 +54,17 @@ class RelaySwitcher(AsyncClosing):
         cues: CueSet | None = None,
         renderer: PromptRenderer | None = None,
         endpoints: Mapping[ModelRole, Endpoint] | None = None,
+        request_hook: RequestHook | None = None,
     ) -> None:
         """`cues` (default: loaded from ``config.cues``), `renderer` (default: each server's
         own chat template) and `endpoints` (default: one :class:`Endpoint` per model of
         ``config``; pass your own to share them or to watch their requests with a
         :class:`~relay_integrations.upstream.observer.RequestObserver`). The switcher closes the
-        endpoints it uses when it is closed."""
+        endpoints it uses when it is closed. `request_hook` adds fields to every request of
+        every generation (tests and benchmarks force known outputs with
+        :func:`relay_integrations.testing.forcing`)."""
         self.config = config
+        self.request_hook = request_hook
         self.cues = cues if cues is not None else CueSet.load(config.cues)
         self.turns = MethodTurns(config, self.cues)
         self.renderer: PromptRenderer = renderer or ServerChatTemplate()
@@ -80,16 +83,15 @@ class RelaySwitcher(AsyncClosing):
         """Run one generation to the end; options as for :meth:`stream`."""
         return (await final_event(self.stream(messages, **options), RelayDone)).result
 
-    async def stream(
+    def stream(
         self,
         messages: Sequence[Message],
         *,
-        tools: list[dict[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
         chat_template_kwargs: Mapping[str, Any] | None = None,
         sampling: SamplingConfig | None = None,
         stop: Sequence[str] = (),
         answer_extra_body: Mapping[str, Any] | None = None,
-        request_hook: RequestHook | None = None,
         extra_body: Mapping[str, Any] | None = None,
         generation_id: str | None = None,
     ) -> AsyncGenerator[RelayEvent, None]:
@@ -98,15 +100,27 @@ class RelaySwitcher(AsyncClosing):
         ``stop`` sequences apply to the answer only. ``answer_extra_body`` adds vLLM fields to
         the answer's request (e.g. ``structured_outputs`` for a forced JSON answer).
         ``extra_body`` adds vLLM fields to every request of both models (the endpoints' own
-        ``extra_body`` under them); ``request_hook`` adds fields to every request.
-        ``generation_id`` (unique; default ``relay-<uuid>``) is sent upstream in the session
-        header and, suffixed with a request number, as ``X-Request-Id``, so vLLM's logs name
-        the generation. Raises :class:`EndpointError`, with the partial result, when an
-        endpoint fails beyond what the policy absorbs.
+        ``extra_body`` under them). ``generation_id`` (unique; default ``relay-<uuid>``) is
+        sent upstream in the session header and, suffixed with a request number, as
+        ``X-Request-Id``, so vLLM's logs name the generation. Raises :class:`EndpointError`,
+        with the partial result, when an endpoint fails beyond what the policy absorbs.
         """
-        if generation_id is not None:
-            check_header_value("generation_id", generation_id)  # it goes into headers
-        chat = ChatInput(list(messages), tools, dict(chat_template_kwargs or {}))
+        request = RelayRequest(
+            messages,
+            tuple(tools or ()),
+            dict(chat_template_kwargs or {}),
+            sampling,
+            tuple(stop),
+            dict(answer_extra_body or {}),
+            dict(extra_body or {}),
+            generation_id,
+        )
+        return self.stream_request(request)
+
+    async def stream_request(self, request: RelayRequest) -> AsyncGenerator[RelayEvent, None]:
+        """:meth:`stream` for a generation asked as one value."""
+        tools = [dict(tool) for tool in request.tools] or None
+        chat = ChatInput(list(request.messages), tools, dict(request.chat_template_kwargs))
         started = time.perf_counter()
         large, small = await asyncio.gather(
             self._prepare("large", chat), self._prepare("small", chat), return_exceptions=True
@@ -128,17 +142,13 @@ class RelaySwitcher(AsyncClosing):
             prepared[role] = outcome
         _check_fits(prepared)
         run = Generation(
-            generation_id=generation_id or f"relay-{uuid.uuid4().hex}",
+            request,
             config=self.config,
             turns=self.turns,
             endpoints=self.endpoints,
             prompts={role: prompt for role, (prompt, _) in prepared.items()},
             context_windows={role: window for role, (_, window) in prepared.items()},
-            sampling=sampling or self.config.sampling,
-            request_hook=request_hook,
-            extra_body=extra_body,
-            answer_stops=stop,
-            answer_extra_body=answer_extra_body,
+            request_hook=self.request_hook,
             started=started,
             degraded=degraded,
         )

@@ -140,7 +140,7 @@ class RelayServer:
     @asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         self._loop = asyncio.get_running_loop()
-        self._switcher = RelaySwitcher(self.config, cues=self.cues)
+        self._switcher = RelaySwitcher(self.config, cues=self.cues, request_hook=self.request_hook)
         log.info(
             "relay server started",
             extra={
@@ -197,7 +197,7 @@ class RelayServer:
         body = ChatCompletionRequest.of(parse_body(await self._body(request)), self.settings)
         self._check_model(body.model)
         generation_id = _generation_id(request.scope["state"]["request_id"], request)
-        turn = body.chat_request(self.config.sampling, generation_id, self.request_hook)
+        turn = body.chat_request(self.config.sampling, generation_id)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         shaper = ResponseShaper(id=generation_id, model=body.model)
         wire = ChatCompletionsWire(shaper, include_usage)
@@ -212,7 +212,7 @@ class RelayServer:
         body = ResponsesRequest.of(parse_body(await self._body(request)), self.settings)
         self._check_model(body.model)
         generation_id = _generation_id(request.scope["state"]["request_id"], request, "resp_")
-        turn = body.chat_request(self.config.sampling, generation_id, self.request_hook)
+        turn = body.chat_request(self.config.sampling, generation_id)
         assert turn.sampling is not None  # chat_request sets it
         wire = ResponsesWire(
             generation_id,

@@ -34,7 +34,6 @@ from pydantic import (
 from ..chat.exchange import ChatRequest, normalize_tool_choice
 from ..chat.habits import REFUSED_FIELDS
 from ..chat.response_format import ResponseFormat, response_format_of
-from ..relay.config import RequestHook
 from ..upstream.config import MODEL_SAMPLING_FIELDS, OptionalSampling, SamplingConfig
 from .errors import ApiError
 from .fields import IGNORED_FIELDS, declared_fields
@@ -207,16 +206,10 @@ class ChatCompletionRequest(OptionalSampling):
                     param="stop",
                 )
 
-    def chat_request(
-        self,
-        defaults: SamplingConfig,
-        generation_id: str,
-        request_hook: RequestHook | None = None,
-    ) -> ChatRequest:
+    def chat_request(self, defaults: SamplingConfig, generation_id: str) -> ChatRequest:
         """The relay turn this request asks for; sampling unset here takes the server's.
 
-        `request_hook` is the server's (tests and benchmarks force outputs with it); clients
-        cannot set upstream fields.
+        Clients cannot set upstream fields.
         """
         overrides = {name: getattr(self, name) for name in MODEL_SAMPLING_FIELDS}
         overrides["max_tokens"] = self.budget
@@ -236,7 +229,6 @@ class ChatCompletionRequest(OptionalSampling):
                 sampling=sampling,
                 chat_template_kwargs=self.chat_template_kwargs or {},
                 generation_id=generation_id,
-                request_hook=request_hook,
             )
         except (ValueError, KeyError) as invalid:
             raise ApiError(400, f"tool_choice: {invalid}", param="tool_choice") from None

@@ -32,7 +32,6 @@ from pydantic import (
 
 from ..chat.exchange import ChatRequest, normalize_tool_choice
 from ..chat.response_format import ResponseFormat
-from ..relay.config import RequestHook
 from ..upstream.config import MODEL_SAMPLING_FIELDS, OptionalSampling, SamplingConfig
 from .errors import ApiError
 from .fields import IGNORED_FIELDS, REFUSED, declared_fields
@@ -212,12 +211,7 @@ class ResponsesRequest(OptionalSampling):
             raise ApiError(400, "input holds no message to answer", param="input")
         return messages
 
-    def chat_request(
-        self,
-        defaults: SamplingConfig,
-        generation_id: str,
-        request_hook: RequestHook | None = None,
-    ) -> ChatRequest:
+    def chat_request(self, defaults: SamplingConfig, generation_id: str) -> ChatRequest:
         """The relay turn this request asks for; sampling unset here takes the server's."""
         overrides: dict[str, Any] = {name: getattr(self, name) for name in MODEL_SAMPLING_FIELDS}
         overrides["max_tokens"] = self.max_output_tokens
@@ -239,7 +233,6 @@ class ResponsesRequest(OptionalSampling):
                 sampling=sampling,
                 chat_template_kwargs=self.chat_template_kwargs or {},
                 generation_id=generation_id,
-                request_hook=request_hook,
             )
         except (ValueError, KeyError) as invalid:
             raise ApiError(400, f"tool_choice: {invalid}", param="tool_choice") from None

@@ -5,8 +5,12 @@ project's own tests and benchmarks use, public for an application's tests too.
   text through vLLM's structured outputs, so a relay's segments are known in advance::
 
       from relay_integrations.testing import forcing
-      result = await relay.generate(messages, request_hook=forcing(trace))
+      async with RelaySwitcher(config, request_hook=forcing(trace)) as relay:
+          result = await relay.generate(messages)
       assert result.text == trace
+
+  ``forced(relay, trace)`` forces one generation of a relay already open (its connections,
+  its servers' caches).
 
 - :mod:`.scripted_vllm`: an in-process server speaking vLLM's completions protocol, scripted
   per model (a large and a small model writing a reasoning trace with a cue), with fault
@@ -17,6 +21,6 @@ project's own tests and benchmarks use, public for an application's tests too.
   batching, prefill of uncached prompt tokens), and a virtual clock for ideal timings.
 """
 
-from .forcing import forcing, regex_literal
+from .forcing import forced, forcing, regex_literal
 
-__all__ = ["forcing", "regex_literal"]
+__all__ = ["forced", "forcing", "regex_literal"]

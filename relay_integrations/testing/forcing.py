@@ -5,7 +5,8 @@ tiny random model writes it; the switcher's stop strings then cut it exactly whe
 says, and the segments are known in advance::
 
     trace = "<think>\nLet me see. Therefore, it is 4.\n</think>\n\nIt is 4."
-    result = await relay.generate(messages, request_hook=forcing(trace))
+    async with RelaySwitcher(config, request_hook=forcing(trace)) as relay:
+        result = await relay.generate(messages)
     assert result.text == trace
 """
 
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..relay.config import Phase, RequestHook
+from ..relay.switcher import RelaySwitcher
 from ..upstream.config import ModelRole
 
 _META = set("\\.^$*+?{}[]|()")
@@ -41,3 +43,23 @@ def forcing(trace: str, answer: bool = True) -> RequestHook:
         return {"structured_outputs": {"regex": regex_literal(trace[len(transcript) :])}}
 
     return hook
+
+
+def forced(relay: RelaySwitcher, trace: str, answer: bool = True) -> RelaySwitcher:
+    """A switcher over `relay`'s endpoints (its connections, and its servers' prefix caches)
+    whose requests all write the rest of `trace` (see :func:`forcing`): one relay, a planned
+    text per generation::
+
+        async with RelaySwitcher(config) as relay:
+            first = await forced(relay, trace).generate(messages)
+            second = await forced(relay, other_trace).generate(messages)
+
+    `relay` keeps owning the endpoints: close it, not the switcher returned.
+    """
+    return RelaySwitcher(
+        relay.config,
+        cues=relay.cues,
+        renderer=relay.renderer,
+        endpoints=relay.endpoints,
+        request_hook=forcing(trace, answer),
+    )

@@ -128,10 +128,8 @@ async def test_calibration_end_to_end_and_the_switcher_runs_on_its_artifact(
         sampling=SamplingConfig(max_tokens=200),
         policy=SwitchPolicy(cooldown_tokens=0),
     )
-    async with RelaySwitcher(config) as relay:
-        result = await relay.generate(
-            [{"role": "user", "content": "What is 2 + 2?"}], request_hook=forcing(trace)
-        )
+    async with RelaySwitcher(config, request_hook=forcing(trace)) as relay:
+        result = await relay.generate([{"role": "user", "content": "What is 2 + 2?"}])
     assert result.text == trace
     assert (result.segments[0].ended_by, result.segments[0].cue) == ("cue", cue)
     assert result.segments[1].model == "small"
@@ -161,8 +159,8 @@ async def test_the_small_model_scores_what_it_sees_at_run_time(
         # requests used are the same either way (test_relay_real_vllm proves it)
         policy=SwitchPolicy(cooldown_tokens=0, speculative_handoff=False),
     )
-    async with RelaySwitcher(config) as relay:
-        await relay.generate(messages, request_hook=hook)
+    async with RelaySwitcher(config, request_hook=hook) as relay:
+        await relay.generate(messages)
         small = relay.endpoints["small"]
         prompt = (await ServerChatTemplate().render(small, ChatInput(messages))).text
         scored_text = (

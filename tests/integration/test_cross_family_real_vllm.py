@@ -23,7 +23,7 @@ from relay_integrations.relay import (
     ServerChatTemplate,
     SwitchPolicy,
 )
-from relay_integrations.testing import forcing
+from relay_integrations.testing import forced
 from relay_integrations.upstream.endpoint import CompletionRequest, StreamPiece
 
 from .conftest import Server
@@ -73,7 +73,7 @@ async def relay_recording(
                 return send(request)  # type: ignore[no-any-return]
 
             endpoint.stream_completion = recording  # type: ignore[method-assign, assignment]
-        result = await relay.generate(QUESTION, request_hook=forcing(TRACE))
+        result = await forced(relay, TRACE).generate(QUESTION)
     return result, sent
 
 

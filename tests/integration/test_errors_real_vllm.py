@@ -15,6 +15,7 @@ from relay_integrations.relay import (
     RelaySwitcher,
     SamplingConfig,
 )
+from relay_integrations.relay.config import RequestHook
 from relay_integrations.server.generation import upstream_error
 from relay_integrations.upstream.endpoint import CompletionRequest, Endpoint, UpstreamFailure
 from tests.fakes.ports import refusing_port
@@ -41,10 +42,10 @@ def relay_config(large: EndpointConfig, small: Server) -> RelayConfig:
     )
 
 
-async def failure(config: RelayConfig, **options: object) -> EndpointError:
-    async with RelaySwitcher(config) as relay:
+async def failure(config: RelayConfig, request_hook: RequestHook | None = None) -> EndpointError:
+    async with RelaySwitcher(config, request_hook=request_hook) as relay:
         with pytest.raises(EndpointError) as caught:
-            await relay.generate(QUESTION, **options)
+            await relay.generate(QUESTION)
     return caught.value
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from relay_integrations.relay import RelayDone, RelayResult, RelaySwitcher, TextDelta
-from relay_integrations.testing import forcing
+from relay_integrations.testing import forced
 
 from .conftest import Server
 from .test_relay_real_vllm import QUESTION, qwen_config
@@ -44,7 +44,7 @@ async def test_the_small_vllm_killed_mid_generation_the_large_model_finishes(
     result: RelayResult | None = None
     caplog.set_level(logging.WARNING, logger="relay_integrations")
     async with asyncio.timeout(180), RelaySwitcher(config) as relay:
-        async for event in relay.stream(QUESTION, request_hook=forcing(LONG_TRACE)):
+        async for event in forced(relay, LONG_TRACE).stream(QUESTION):
             if isinstance(event, TextDelta) and event.model == "small" and not small_restarted:
                 await asyncio.to_thread(servers_script, "kill", SMALL_SERVER)
                 small_restarted.append(SMALL_SERVER)
@@ -62,7 +62,7 @@ async def test_the_small_vllm_killed_mid_generation_the_large_model_finishes(
         assert relay.endpoints["small"].availability.down
 
         caplog.clear()  # the next generation: the large model alone, at once
-        again = await relay.generate(QUESTION, request_hook=forcing(LONG_TRACE))
+        again = await forced(relay, LONG_TRACE).generate(QUESTION)
     assert again.text == LONG_TRACE and {s.model for s in again.segments} == {"large"}
     assert again.stats.degraded is not None and "known down" in again.stats.degraded
     assert not [r for r in caplog.records if "retrying in" in r.getMessage()]

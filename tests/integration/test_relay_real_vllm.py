@@ -30,7 +30,7 @@ from relay_integrations.relay import (
     TextDelta,
 )
 from relay_integrations.relay.config import CONTEXT_MARGIN
-from relay_integrations.testing import forcing, regex_literal
+from relay_integrations.testing import forced, forcing, regex_literal
 from relay_integrations.upstream.config import MODEL_ROLES
 from relay_integrations.upstream.endpoint import CompletionRequest, Endpoint, StreamPiece
 from relay_integrations.upstream.observer import ObservedEndpoint, RequestObserver
@@ -73,7 +73,7 @@ async def proxied(server: Server) -> AsyncIterator[tuple[TcpProxy, Server]]:
 
 
 async def run(relay: RelaySwitcher, trace: str, messages=QUESTION, **options):
-    events = [e async for e in relay.stream(messages, request_hook=forcing(trace), **options)]
+    events = [e async for e in forced(relay, trace).stream(messages, **options)]
     assert isinstance(events[-1], RelayDone)
     return events, events[-1].result
 
@@ -150,8 +150,8 @@ async def test_speculative_handoff_changes_when_requests_go_out_not_what_they_wr
             return hook(role, phase, transcript)
 
         config = qwen_config(qwen_large, qwen_small, speculative_handoff=speculative)
-        async with RelaySwitcher(config) as relay:
-            async for event in relay.stream(QUESTION, request_hook=recording):
+        async with RelaySwitcher(config, request_hook=recording) as relay:
+            async for event in relay.stream(QUESTION):
                 if isinstance(event, SegmentDone):
                     order.append(f"{event.segment.model} ended by {event.segment.ended_by}")
                 elif isinstance(event, RelayDone):
@@ -222,7 +222,7 @@ async def test_the_small_models_prompt_is_warmed_while_the_large_model_reasons(
         messages = [{"role": "system", "content": system}, *QUESTION]
         config = qwen_config(qwen_large, qwen_small, warm_small_prompt=warm)
         async with RelaySwitcher(config) as relay:
-            result = await relay.generate(messages, request_hook=forcing(QWEN_TRACE))
+            result = await forced(relay, QWEN_TRACE).generate(messages)
         assert result.text == QWEN_TRACE
         small = next(s for s in result.segments if s.model == "small")
         firsts[warm] = (small.usage, result.stats.warm_up)
@@ -284,7 +284,7 @@ async def test_no_request_opened_ahead_is_closed_when_every_hand_off_is_confirme
     }
     async with RelaySwitcher(config, endpoints=endpoints) as relay:
         for _ in range(3):
-            result = await relay.generate(QUESTION, request_hook=forcing(ALL_CONFIRMED))
+            result = await forced(relay, ALL_CONFIRMED).generate(QUESTION)
             assert result.text == ALL_CONFIRMED
             assert result.stats.speculative_misses == 0
             assert 1 <= result.stats.speculative_handoffs <= 6
@@ -412,11 +412,10 @@ async def test_small_endpoint_refusing_connections_mid_generation(
     host, port = qwen_small.root.removeprefix("http://").split(":")
     async with TcpProxy(host, int(port)) as proxy:
         config = qwen_config(qwen_large, qwen_small, small_url=proxy.base_url)
-        async with RelaySwitcher(config) as relay:
-            hook = forcing(QWEN_TRACE)
+        async with RelaySwitcher(config, request_hook=forcing(QWEN_TRACE)) as relay:
             seen_small = 0
             result = None
-            async for event in relay.stream(QUESTION, request_hook=hook):
+            async for event in relay.stream(QUESTION):
                 if isinstance(event, SegmentDone) and event.segment.model == "small":
                     seen_small += 1
                     await proxy.refuse()  # the small server goes away after its first sentence
@@ -448,7 +447,7 @@ async def test_small_endpoint_refusing_with_raise_policy_keeps_partial_text(
         )
         async with RelaySwitcher(config) as relay:
             with pytest.raises(EndpointError) as caught:
-                async for event in relay.stream(QUESTION, request_hook=forcing(QWEN_TRACE)):
+                async for event in forced(relay, QWEN_TRACE).stream(QUESTION):
                     # gone before the small model's first request: it goes out at the end of
                     # the first segment, or (opened ahead) at " Therefore"
                     if isinstance(event, SegmentDone if not speculative else TextDelta):
@@ -493,7 +492,7 @@ async def test_a_stream_cut_beyond_its_resumes_names_the_server_and_keeps_the_te
 async def test_32_concurrent_generations(qwen_large: Server, qwen_small: Server) -> None:
     async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
         results = await asyncio.gather(
-            *(relay.generate(QUESTION, request_hook=forcing(QWEN_TRACE)) for _ in range(32))
+            *(forced(relay, QWEN_TRACE).generate(QUESTION) for _ in range(32))
         )
     assert all(r.text == QWEN_TRACE for r in results)
     assert all(len(r.segments) == 8 for r in results)
@@ -637,8 +636,8 @@ async def test_small_model_ending_the_reasoning(
         return forced_trace(role, phase, transcript)
 
     config = qwen_config(qwen_large, qwen_small, small_may_end_reasoning=allowed)
-    async with RelaySwitcher(config) as relay:
-        result = await relay.generate(QUESTION, request_hook=hook)
+    async with RelaySwitcher(config, request_hook=hook) as relay:
+        result = await relay.generate(QUESTION)
     ends = [(s.model, s.ended_by) for s in result.segments]
     if allowed:
         assert ends == [("large", "cue"), ("small", "end_of_reasoning"), ("small", "stop")]
@@ -706,16 +705,12 @@ async def test_answer_stage_constrained_by_structured_outputs(
 ) -> None:
     """The hook forces the reasoning only; the answer of a random model is held to a shape."""
     reasoning = "<think>\nLet me see. Therefore, it is 12.\n</think>"
-    forced = forcing(reasoning)
     answer_shape = r'\{"value": (11|12|13), "unit": "(km|m)"\}'
+    hook = forcing(reasoning, answer=False)
 
-    def hook(role, phase, transcript):
-        return forced(role, phase, transcript) if phase == "reasoning" else {}
-
-    async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
+    async with RelaySwitcher(qwen_config(qwen_large, qwen_small), request_hook=hook) as relay:
         result = await relay.generate(
             QUESTION,
-            request_hook=hook,
             answer_extra_body={"structured_outputs": {"regex": answer_shape}},
             sampling=SamplingConfig(max_tokens=300, seed=0),
         )
@@ -749,8 +744,8 @@ async def test_session_header_on_every_upstream_request(
         proxied(qwen_large) as (proxy, large),
         RelaySwitcher(qwen_config(large, qwen_small)) as relay,
     ):
-        first = await relay.generate(QUESTION, request_hook=forcing(QWEN_TRACE))
-        second = await relay.generate(QUESTION, request_hook=forcing(QWEN_TRACE))
+        first = await forced(relay, QWEN_TRACE).generate(QUESTION)
+        second = await forced(relay, QWEN_TRACE).generate(QUESTION)
     completions = [r for r in proxy.requests if r.startswith(b"POST /v1/completions")]
     assert len(completions) == 8  # 4 large segments per generation
     sessions = [

@@ -32,7 +32,7 @@ from relay_integrations.relay import (
     SamplingConfig,
     TextDelta,
 )
-from relay_integrations.testing import forcing
+from relay_integrations.testing import forced
 from tests.fakes.ports import free_port
 from tests.fakes.relay_env import healthy
 
@@ -180,7 +180,7 @@ async def test_a_replica_killed_mid_generation_costs_a_resume_and_no_text(
     result: RelayResult | None = None
     caplog.set_level(logging.WARNING, logger="relay_integrations")
     async with asyncio.timeout(120), RelaySwitcher(config) as relay:
-        async for event in relay.stream(QUESTION, request_hook=forcing(LONG_TRACE)):
+        async for event in forced(relay, LONG_TRACE).stream(QUESTION):
             if isinstance(event, TextDelta):
                 streamed.append(event.text)
                 if not restarted and len("".join(streamed)) > 120:

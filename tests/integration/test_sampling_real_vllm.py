@@ -51,8 +51,8 @@ async def texts_by_model(
             {"max_tokens": 48, "seed": 7, "temperature": 1.0, **(shared or {})}
         ),
     )
-    async with RelaySwitcher(config) as relay:
-        result = await relay.generate(QUESTION, request_hook=open_the_reasoning)
+    async with RelaySwitcher(config, request_hook=open_the_reasoning) as relay:
+        result = await relay.generate(QUESTION)
     written = {"large": "", "small": ""}
     for segment in result.segments:
         written[segment.model] += segment.text

@@ -12,7 +12,7 @@ import pytest
 
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.relay import EndpointConfig, RelayResult, RelaySwitcher
-from relay_integrations.testing import forcing, regex_literal
+from relay_integrations.testing import forced, forcing, regex_literal
 from relay_integrations.upstream.endpoint import CompletionRequest, Endpoint
 
 from .conftest import (
@@ -35,9 +35,9 @@ async def test_a_stock_server_gives_the_same_segments(
     qwen_large: Server, qwen_small: Server, stock: Server
 ) -> None:
     async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
-        tuned = await relay.generate(QUESTION, request_hook=forcing(QWEN_TRACE))
+        tuned = await forced(relay, QWEN_TRACE).generate(QUESTION)
     async with RelaySwitcher(qwen_config(stock, stock)) as relay:
-        plain = await relay.generate(QUESTION, request_hook=forcing(QWEN_TRACE))
+        plain = await forced(relay, QWEN_TRACE).generate(QUESTION)
         assert relay.endpoints["large"].stop_limit == relay.endpoints["small"].stop_limit == 4
     assert plain.text == tuned.text == QWEN_TRACE
     assert segments(plain) == segments(tuned)
