@@ -309,31 +309,14 @@ class Endpoint:
         self, request: CompletionRequest
     ) -> tuple[HttpResponse, AsyncIterator[StreamPiece], StreamPiece | None]:
         """Open the stream and read its first piece (what a retry may repeat)."""
-        stops = list(request.stop[: self.stop_limit])  # the first ones: the relay orders them
-        body: dict[str, Any] = {
-            "model": self.config.model,
-            "prompt": request.prompt,
-            "max_tokens": request.max_tokens,
-            "stream": True,
-            **({"stop": stops} if stops else {}),
-            **self.config.extra_body,
-            "include_stop_str_in_output": True,
-            "add_special_tokens": False,  # the rendered prompt has BOS if the model wants one
-            **request.sampling,
-            **request.extra_body,
-            # vLLM's own field: every chunk carries the usage so far. A chunk may hold several
-            # tokens (vLLM merges what the client has not read yet), so only this counts them
-            # exactly while the request runs; and a request closed at a stop string found in
-            # the stream gets no final usage chunk.
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-        }
+        body = self.completion_body(request)
         try:
             response = await self._http.request(
                 "POST", self._api_path + "/completions", body, request.headers, expect="events"
             )
         except openai.BadRequestError as refused:
             limit = _stop_limit(refused)
-            if limit is None or limit >= len(stops):
+            if limit is None or limit >= len(body.get("stop", ())):
                 raise
             self.stop_limit = limit  # learned once; the rest are found in the stream
             logger.info(
@@ -356,6 +339,29 @@ class Endpoint:
         except BaseException:
             await response.close()
             raise
+
+    def completion_body(self, request: CompletionRequest) -> dict[str, Any]:
+        """The JSON body of `request`: the fields the relay sets itself (each one in
+        :data:`~.reserved_fields.RESERVED_BODY_FIELDS`, so that no ``extra_body`` overrides it
+        unseen), the endpoint's ``extra_body``, the sampling, the request's own fields."""
+        stops = list(request.stop[: self.stop_limit])  # the first ones: the relay orders them
+        return {
+            "model": self.config.model,
+            "prompt": request.prompt,
+            "max_tokens": request.max_tokens,
+            "stream": True,
+            **({"stop": stops} if stops else {}),
+            **self.config.extra_body,
+            "include_stop_str_in_output": True,
+            "add_special_tokens": False,  # the rendered prompt has BOS if the model wants one
+            **request.sampling,
+            **request.extra_body,
+            # vLLM's own field: every chunk carries the usage so far. A chunk may hold several
+            # tokens (vLLM merges what the client has not read yet), so only this counts them
+            # exactly while the request runs; and a request closed at a stop string found in
+            # the stream gets no final usage chunk.
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
 
     def _retrying(self) -> AsyncRetrying:
         return AsyncRetrying(
