@@ -3,10 +3,9 @@
 A model's client (:class:`~.client.RelayClient`: its connections, per event loop) depends on
 the endpoints, the cue set, the policy, the renderer and the request hook, not on the
 sampling, which every request carries. Models whose client would be the same share one, as
-``ChatOpenAI`` instances
-share their HTTP client: a ``model_copy(update={"temperature": 0.2})``, a
-``configurable_fields`` model made per call, or a model per request all use the connections
-already open::
+``ChatOpenAI`` instances share their HTTP client: a ``model_copy(update={"temperature":
+0.2})``, a ``configurable_fields`` model made per call, or a model per request all use the
+connections already open::
 
     key = client_key(config, renderer, request_hook)
     lease = lease_client(model, key, config, renderer, request_hook)
