@@ -65,6 +65,12 @@ def add_parser(commands: Any) -> None:
         help="seconds a client may accept nothing before its stream is ended (60)",
     )
     parser.add_argument(
+        "--sse-keepalive",
+        type=float,
+        help="seconds a stream may stay silent before an SSE comment keeps proxies from "
+        "cutting it (15; 0: never)",
+    )
+    parser.add_argument(
         "--health-timeout", type=float, help="seconds each upstream has to answer /health"
     )
     parser.add_argument(
@@ -110,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         "head_timeout",
         "body_timeout",
         "send_timeout",
+        "sse_keepalive",
         "health_timeout",
         "health_cache_seconds",
         "workers",

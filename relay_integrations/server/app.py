@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..chat.exchange import ChatRequest
 from ..relay.config import RelayConfig, RequestHook
 from ..relay.cues import CueSet
 from ..relay.switcher import RelaySwitcher
@@ -36,7 +37,7 @@ from ..upstream.errors import RelayError
 from .admission import Admission
 from .connection import Limit
 from .errors import ApiError
-from .generation import GenerationResponse
+from .generation import GenerationResponse, Wire
 from .logs import log, request_id
 from .metrics import RelayMetrics
 from .protocol import ChatCompletionRequest, parse_body
@@ -201,9 +202,7 @@ class RelayServer:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         shaper = ResponseShaper(id=generation_id, model=body.model)
         wire = ChatCompletionsWire(shaper, include_usage)
-        return GenerationResponse(
-            self.switcher, self.admission, turn, wire, stream=body.stream, cut=self.cut
-        )
+        return self._generation(turn, wire, body.stream)
 
     async def responses(self, request: Request) -> Response | GenerationResponse:
         """``POST /v1/responses``: the same relay, in the Responses API's shapes."""
@@ -220,8 +219,17 @@ class RelayServer:
             body.echo(turn.sampling),
             parallel_tool_calls=turn.parallel_tool_calls,
         )
+        return self._generation(turn, wire, body.stream)
+
+    def _generation(self, turn: ChatRequest, wire: Wire, stream: bool) -> GenerationResponse:
         return GenerationResponse(
-            self.switcher, self.admission, turn, wire, stream=body.stream, cut=self.cut
+            self.switcher,
+            self.admission,
+            turn,
+            wire,
+            stream=stream,
+            cut=self.cut,
+            keepalive=self.settings.sse_keepalive,
         )
 
     def _check_model(self, model: str) -> None:

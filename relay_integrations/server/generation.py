@@ -8,6 +8,10 @@ the answer is written is the API's :class:`Wire` (``ChatCompletionsWire``, ``Res
 
     return GenerationResponse(switcher, admission, request, wire, stream=True)
 
+A stream that has written nothing for `keepalive` seconds (the relay waiting for an upstream
+that is out, a long prefill) gets an SSE comment (``: keep-alive``), which clients skip, so
+that proxies and load balancers that cut a silent connection keep it open.
+
 Failures after the stream has started cannot change the status code; they arrive as the
 API's error event (chat completions: an OpenAI-shaped ``{"error": ...}`` before ``[DONE]``;
 Responses: ``response.failed``), which the ``openai`` SDKs raise, after all the text produced
@@ -41,6 +45,8 @@ SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),  # nginx: pass events on as they come
 ]
+KEEPALIVE = b": keep-alive\n\n"
+"""An SSE comment: clients skip it (the standard, and the openai SDKs' decoders)."""
 
 
 class Wire(Protocol):
@@ -66,7 +72,9 @@ class GenerationResponse:
         *,
         stream: bool,
         cut: asyncio.Event | None = None,
+        keepalive: float = 0.0,
     ) -> None:
+        """`keepalive`: seconds of silence on a stream before an SSE comment (0: never)."""
         self.switcher = switcher
         self.admission = admission
         self.request = request
@@ -74,8 +82,9 @@ class GenerationResponse:
         self.stream = stream
         self.cut = cut if cut is not None else asyncio.Event()
         """Set when the server's shutdown ends the generations still running."""
+        self.keepalive = keepalive
         self.result: RelayResult | None = None
-        self._sent_head = False
+        self._events: _EventWriter | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         admission = self.admission
@@ -103,10 +112,10 @@ class GenerationResponse:
             "the relay shut down before the generation ended; retry on another replica",
             code="shutting_down",
         )
-        if not self._sent_head:
+        if self._events is None:
             await self._send_error(send, error)
             return
-        await _write(send, self.wire.failure(error))
+        await self._events.write(self.wire.failure(error))
         await send({"type": "http.response.body", "body": b""})
 
     async def _whole(self, send: Send) -> None:
@@ -131,18 +140,22 @@ class GenerationResponse:
             await self._send_error(send, self._api_error(failure))
             return
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        self._sent_head = True
-        await _write(send, wire.opening())
+        self._events = events = _EventWriter(send)
+        keeping = asyncio.create_task(events.keep_alive(self.keepalive)) if self.keepalive else None
         try:
+            await events.write(wire.opening())
             async for chat_event in _prepend(first, chat_events):
                 if isinstance(chat_event, ChatResponse):
                     self.result = chat_event.result
-                    await _write(send, wire.closing(chat_event))
+                    await events.write(wire.closing(chat_event))
                 else:
-                    await _write(send, wire.event(chat_event))
+                    await events.write(wire.event(chat_event))
         except Exception as failure:  # after the 200: the error travels as an event
-            await _write(send, wire.failure(self._api_error(failure)))
+            await events.write(wire.failure(self._api_error(failure)))
         finally:
+            if keeping is not None:
+                keeping.cancel()
+                await asyncio.gather(keeping, return_exceptions=True)
             await chat_events.aclose()
         await send({"type": "http.response.body", "body": b""})
 
@@ -215,9 +228,31 @@ async def _send_json(
     await send({"type": "http.response.body", "body": json.dumps(body).encode()})
 
 
-async def _write(send: Send, events: list[bytes]) -> None:
-    for body in events:
-        await send({"type": "http.response.body", "body": body, "more_body": True})
+class _EventWriter:
+    """A stream's writes, one at a time, and when the last one ended."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._lock = asyncio.Lock()
+        self._loop = asyncio.get_running_loop()
+        self._last = self._loop.time()
+
+    async def write(self, events: list[bytes]) -> None:
+        """Write whole SSE events (never between two writes of another task)."""
+        async with self._lock:
+            for body in events:
+                await self._send({"type": "http.response.body", "body": body, "more_body": True})
+            self._last = self._loop.time()
+
+    async def keep_alive(self, interval: float) -> None:
+        """Write :data:`KEEPALIVE` whenever nothing was written for `interval` seconds; runs
+        until cancelled."""
+        while True:
+            wait = self._last + interval - self._loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            else:
+                await self.write([KEEPALIVE])
 
 
 async def _prepend(first: T, rest: AsyncIterator[T]) -> AsyncIterator[T]:

@@ -74,6 +74,13 @@ class ServerSettings(BaseModel):
         "(its socket buffers full); then the connection is dropped and its generation "
         "cancelled, as nginx's send_timeout",
     )
+    sse_keepalive: float = Field(
+        default=15.0,
+        ge=0,
+        description="Seconds a stream may stay silent (the relay waiting for an upstream) "
+        "before it gets an SSE comment, which clients skip, so that proxies and load balancers "
+        "that cut silent connections keep it open; 0: never",
+    )
     keep_alive_timeout: int = Field(
         default=75,
         ge=1,

@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from relay_integrations.relay import EndpointConfig, RelayConfig, SwitchPolicy
-from relay_integrations.server import RelayServer
+from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedVLLM, serving
 from tests.fakes.capable_model import CAPABLE_CUES, capable_server
 from tests.fakes.relay_http import ServedRelay, eventually, relay_http
@@ -44,6 +44,7 @@ def relay(
     large_url: str,
     small_url: str | None = None,
     policy: SwitchPolicy | None = None,
+    settings: ServerSettings | None = None,
     **endpoint: Any,
 ) -> RelayServer:
     """A relay whose endpoints give up fast (`endpoint`: EndpointConfig fields of both)."""
@@ -54,7 +55,7 @@ def relay(
         cues=CAPABLE_CUES,
         policy=policy or SwitchPolicy(cooldown_tokens=0),
     )
-    return RelayServer(config)
+    return RelayServer(config, settings)
 
 
 @contextmanager
@@ -199,6 +200,47 @@ def test_a_stalled_upstream_gets_a_timeout_well_before_the_stall_ends(
             assert status == 504
             assert_openai_error(body, "upstream_timeout", "the large model's server timed out")
             assert body["error"]["type"] == "upstream_timeout"
+
+
+def test_a_stream_silent_while_an_upstream_stalls_gets_keep_alive_comments_clients_skip(
+    upstream: ScriptedVLLM,
+) -> None:
+    """The small model's first turn stalls 1.2 s in the middle of the stream: the stream sends
+    SSE comments meanwhile (a proxy's read timeout sees bytes), and the openai SDK, for chat
+    completions and responses, reads the same generation as without them."""
+    small = upstream.models["small"]
+    quick = ServerSettings(sse_keepalive=0.2)
+    with kept_serving(relay(upstream.base_url, settings=quick)) as served:
+        small.faults[:] = [Fault(stall=1.2)]
+        body = {**BODY, "stream": True}
+        with httpx.stream("POST", f"{served.base_url}/chat/completions", json=body) as raw:
+            events = [event for event in raw.read().decode().split("\n\n") if event]
+        comments = [i for i, event in enumerate(events) if event == ": keep-alive"]
+        assert len(comments) >= 3, events
+        assert comments[0] > 1 and comments[-1] < len(events) - 2  # mid-stream, in the stall
+        assert events[-1] == "data: [DONE]"
+
+        client = openai_client(served)
+        small.faults[:] = [Fault(stall=1.2)]
+        chunks = list(client.chat.completions.create(model="large", messages=QUESTION, stream=True))
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        assert "".join(getattr(d, "reasoning", None) or "" for d in deltas) == REASONING
+        assert "".join(d.content or "" for d in deltas) == ANSWER
+
+        small.faults[:] = [Fault(stall=1.2)]
+        streamed_events = list(client.responses.create(model="large", input=QUESTION, stream=True))
+        assert streamed_events[-1].type == "response.completed"
+        assert streamed_events[-1].response.output_text == ANSWER
+
+
+def test_keep_alive_comments_can_be_turned_off(upstream: ScriptedVLLM) -> None:
+    upstream.models["small"].faults[:] = [Fault(stall=0.6)]
+    silent = ServerSettings(sse_keepalive=0)
+    with kept_serving(relay(upstream.base_url, settings=silent)) as served:
+        body = {**BODY, "stream": True}
+        with httpx.stream("POST", f"{served.base_url}/chat/completions", json=body) as raw:
+            text = raw.read().decode()
+    assert ": keep-alive" not in text and text.endswith("data: [DONE]\n\n")
 
 
 # --- streams cut mid-way --------------------------------------------------------------------
