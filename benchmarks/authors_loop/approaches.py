@@ -26,6 +26,7 @@ from relay_integrations.relay import (
     SamplingConfig,
     SwitchPolicy,
 )
+from relay_integrations.testing import hooked
 
 from .forcing import Forcer
 from .servers import Server
@@ -81,10 +82,7 @@ class Relay:
         def hook(role: ModelRole, phase: str, transcript: str) -> Mapping[str, Any]:
             return force(transcript)
 
-        shared = self.switcher  # its endpoints, connections and all; it closes them
-        forced = RelaySwitcher(
-            shared.config, cues=shared.cues, endpoints=shared.endpoints, request_hook=hook
-        )
+        forced = hooked(self.switcher, hook)  # its connections; self.switcher closes them
         messages = trace.messages(uuid.uuid4().hex)
         started = time.perf_counter()
         result = await forced.generate(messages)

@@ -10,7 +10,7 @@ project's own tests and benchmarks use, public for an application's tests too.
       assert result.text == trace
 
   ``forced(relay, trace)`` forces one generation of a relay already open (its connections,
-  its servers' caches).
+  its servers' caches); ``hooked(relay, hook)`` gives it a request hook of one's own.
 
 - :mod:`.scripted_vllm`: an in-process server speaking vLLM's completions protocol, scripted
   per model (a large and a small model writing a reasoning trace with a cue), with fault
@@ -21,6 +21,6 @@ project's own tests and benchmarks use, public for an application's tests too.
   batching, prefill of uncached prompt tokens), and a virtual clock for ideal timings.
 """
 
-from .forcing import forced, forcing, regex_literal
+from .forcing import forced, forcing, hooked, regex_literal
 
-__all__ = ["forced", "forcing", "regex_literal"]
+__all__ = ["forced", "forcing", "hooked", "regex_literal"]

@@ -46,9 +46,8 @@ def forcing(trace: str, answer: bool = True) -> RequestHook:
 
 
 def forced(relay: RelaySwitcher, trace: str, answer: bool = True) -> RelaySwitcher:
-    """A switcher over `relay`'s endpoints (its connections, and its servers' prefix caches)
-    whose requests all write the rest of `trace` (see :func:`forcing`): one relay, a planned
-    text per generation::
+    """A switcher over `relay`'s endpoints whose requests all write the rest of `trace` (see
+    :func:`forcing`): one relay, a planned text per generation::
 
         async with RelaySwitcher(config) as relay:
             first = await forced(relay, trace).generate(messages)
@@ -56,10 +55,17 @@ def forced(relay: RelaySwitcher, trace: str, answer: bool = True) -> RelaySwitch
 
     `relay` keeps owning the endpoints: close it, not the switcher returned.
     """
+    return hooked(relay, forcing(trace, answer))
+
+
+def hooked(relay: RelaySwitcher, request_hook: RequestHook) -> RelaySwitcher:
+    """A switcher over `relay`'s endpoints (its connections, and its servers' prefix caches)
+    and cue set, whose requests get `request_hook`'s fields; `relay` keeps owning the
+    endpoints."""
     return RelaySwitcher(
         relay.config,
         cues=relay.cues,
         renderer=relay.renderer,
         endpoints=relay.endpoints,
-        request_hook=forcing(trace, answer),
+        request_hook=request_hook,
     )

@@ -20,7 +20,8 @@ from pydantic import ValidationError
 from relay_integrations.chat.settings import RelaySettings
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
-from relay_integrations.relay import CueArtifactError, SwitchPolicy
+from relay_integrations.relay import CueArtifactError, ModelRole, SwitchPolicy
+from relay_integrations.relay.config import Phase, RequestHook
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
 from tests.fakes.capable_model import capable_server, relay_fields
 from tests.fakes.descriptors import open_sockets
@@ -100,6 +101,31 @@ def test_every_sampling_field_changed_reaches_the_upstream(
         original = sent(server, lambda: use(model))
         assert all(body["temperature"] == 0.3 for body in original)
         assert original[0]["max_tokens"] == first_request_budget(400)
+
+
+def salted(salt: str) -> RequestHook:
+    def hook(role: ModelRole, phase: Phase, transcript: str) -> dict[str, Any]:
+        return {"cache_salt": salt}
+
+    return hook
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+@pytest.mark.parametrize("how", ["model_copy", "assignment"])
+def test_a_request_hook_changed_reaches_every_request(
+    server: ScriptedVLLM, adapter: type[RelaySettings], how: str
+) -> None:
+    """The hook is part of the relay a model is built on: a changed one builds another."""
+    model = built(adapter, server, request_hook=salted("a"))
+    assert {body["cache_salt"] for body in sent(server, lambda: use(model))} == {"a"}
+    if how == "model_copy":
+        changed = model.model_copy(update={"request_hook": salted("b")})
+    else:
+        changed = model
+        changed.request_hook = salted("b")
+    assert {body["cache_salt"] for body in sent(server, lambda: use(changed))} == {"b"}
+    if how == "model_copy":  # the original keeps its own
+        assert {body["cache_salt"] for body in sent(server, lambda: use(model))} == {"a"}
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS)
