@@ -5,7 +5,9 @@
     fit.cpu_per_token_us, fit.cpu_per_switch_ms, fit.cpu_per_generation_ms
 
 `url` is the scripted upstream of :mod:`benchmarks.upstream`, whose answer restates the
-question, so a longer question makes a longer generation.
+question, so a longer question makes a longer generation. A cell's generations are the same in
+every round (same tokens, same switches); the fit takes each cell's least CPU a generation over
+the rounds, since on a shared machine other processes only ever add to a round's time.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from pydantic import BaseModel
@@ -57,7 +59,8 @@ def fake_switcher(url: str, cues: list[str], stop_limit: int | None = None) -> R
 
 
 class Fit(BaseModel):
-    """cpu = a*tokens + b*switches + c*generations, fitted by least squares."""
+    """cpu = a*tokens + b*switches + c*generations, fitted by least squares (cpu: each cell's
+    least over the rounds)."""
 
     cpu_per_token_us: float
     cpu_per_switch_ms: float
@@ -76,8 +79,16 @@ class Cell:
     switches: int = 0
     gens: int = 0
     reqs: int = 0
+    round_cpu: list[float] = field(default_factory=list)
+    """CPU seconds a generation, in each round."""
+
+    @property
+    def least_cpu(self) -> float:
+        """The CPU of the cell's generations at the least a generation of any round."""
+        return min(self.round_cpu) * self.gens
 
     def add(self, cpu: float, wall: float, results: Sequence[RelayResult]) -> None:
+        self.round_cpu.append(cpu / len(results))
         self.cpu += cpu
         self.wall += wall
         self.tokens += sum(x.completion_tokens for x in results)
@@ -112,7 +123,7 @@ async def cpu_fit(
 
 def least_squares(rows: Sequence[Cell]) -> Fit:
     design = np.array([[c.tokens, c.switches, c.gens] for c in rows], dtype=float)
-    target = np.array([c.cpu for c in rows], dtype=float)
+    target = np.array([c.least_cpu for c in rows], dtype=float)
     coef, *_ = np.linalg.lstsq(design, target, rcond=None)
     fitted = design @ coef
     ss_res = float(np.sum((target - fitted) ** 2))

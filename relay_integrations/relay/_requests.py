@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
 
 from ..upstream.config import ModelRole, SamplingConfig
@@ -39,6 +40,7 @@ class TurnRequests:
         self.request_hook = request_hook
         self.extra_body = extra_body
         self.sent = 0
+        self._sampling: dict[ModelRole, Mapping[str, Any]] = {}  # each model's, made once
 
     def build(
         self,
@@ -58,10 +60,18 @@ class TurnRequests:
             prompt=self.prompts[role].text + transcript,
             max_tokens=allowance,
             stop=self.turns.stops(turn, run),
-            sampling=self.sampling.request_fields(self.config.endpoint(role).sampling),
+            sampling=self._sampling_of(role),
             extra_body=body,
             headers={self.config.session_header: self.generation_id},
         )
+
+    def _sampling_of(self, role: ModelRole) -> Mapping[str, Any]:
+        """`role`'s sampling fields (the shared ones, its own over them), read only."""
+        fields = self._sampling.get(role)
+        if fields is None:
+            own = self.config.endpoint(role).sampling
+            fields = self._sampling[role] = MappingProxyType(self.sampling.request_fields(own))
+        return fields
 
     def prompt_only(self, role: ModelRole) -> CompletionRequest:
         """One token after `role`'s prompt: what warms its server's prefix cache."""

@@ -4,7 +4,9 @@
     async for piece in endpoint.stream_completion(request):
         piece.text, piece.finish_reason, piece.tokens  # usage: piece.completion_tokens, last
 
-Both are frozen: a request opened ahead is compared with the one a turn would send.
+A request is frozen: one opened ahead is compared with the one a turn would send. A piece is
+read only by convention: one or two are made for every streamed token, and a frozen dataclass
+costs about 0.8 us more to make.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class CompletionRequest:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StreamPiece:
     """A piece of a streamed completion; the last one carries finish reason and usage."""
 

@@ -219,7 +219,7 @@ class Endpoint:
             await observer.opened(self, request)
         try:
             async with self._slots:
-                response, pieces, piece = await self._with_retries(lambda: self._open(request))
+                response, events, piece = await self._with_retries(lambda: self._open(request))
                 overflow = request.stop[self.stop_limit :] if self._overflows(request) else ()
                 watch = StreamStops(overflow) if overflow else None
                 received, so_far, counted = "", StreamPiece(), False
@@ -244,9 +244,14 @@ class Endpoint:
                         if observer is not None:
                             observer.piece(self, request, piece)
                         yield piece
-                        piece = await anext(pieces, None)
+                        piece = None
+                        async for data in events:  # the next event, read here: no layer between
+                            piece = _event_piece(data)
+                            break
                         if piece is None and not counted and so_far.completion_tokens is not None:
                             piece = _usage_of(so_far)  # a server that sent it on its last piece
+                    async for _ in events:  # the body's end after [DONE]: the connection stays
+                        pass
                     completed = True
                 except (asyncio.CancelledError, GeneratorExit):
                     raise
@@ -307,8 +312,9 @@ class Endpoint:
 
     async def _open(
         self, request: CompletionRequest
-    ) -> tuple[HttpResponse, AsyncIterator[StreamPiece], StreamPiece | None]:
-        """Open the stream and read its first piece (what a retry may repeat)."""
+    ) -> tuple[HttpResponse, AsyncIterator[bytes], StreamPiece | None]:
+        """Open the stream and read its first piece (what a retry may repeat): the response,
+        its events (:func:`_event_piece` reads each) and that piece."""
         body = self.completion_body(request)
         try:
             response = await self._http.request(
@@ -327,9 +333,13 @@ class Endpoint:
                 limit,
             )
             return await self._open(request)
-        pieces = _server_sent_pieces(response.events())
+        events = response.events()
         try:
-            return response, pieces, await anext(pieces, None)
+            first = None
+            async for data in events:
+                first = _event_piece(data)
+                break
+            return response, events, first
         except UpstreamErrorEvent:
             await response.close()
             raise
@@ -400,27 +410,21 @@ class UpstreamErrorEvent(RelayError):
     """The server sent an error event (or something unreadable) instead of the next chunk."""
 
 
-async def _server_sent_pieces(events: AsyncIterator[bytes]) -> AsyncIterator[StreamPiece]:
-    """The pieces of a ``/v1/completions`` event stream, up to ``[DONE]``.
-
-    The body is read to its end after ``[DONE]``: a response closed before its end closes its
-    connection too, and every request would then open a new one.
-    """
-    done = False
-    async for data in events:
-        if done:
-            continue
-        if data == b"[DONE]":
-            done = True
-            continue
-        try:
-            chunk = json.loads(data)
-        except json.JSONDecodeError:
-            message = f"the server sent an event that is not JSON: {data[:80]!r}"
-            raise UpstreamErrorEvent(message) from None
-        if "error" in chunk:
-            raise UpstreamErrorEvent(f"the server sent an error event: {chunk['error']}")
-        yield _piece(chunk)
+def _event_piece(data: bytes) -> StreamPiece | None:
+    """The piece an event of a ``/v1/completions`` stream carries; None for ``[DONE]``, after
+    which the stream's reader reads the body to its end (a response closed before its end
+    closes its connection too, and every request would then open a new one)."""
+    if data == b"[DONE]":
+        return None
+    try:
+        chunk = json.loads(data.decode())  # str: json.loads(bytes) detects the encoding first
+    except ValueError:  # not JSON, or not UTF-8
+        raise UpstreamErrorEvent(
+            f"the server sent an event that is not JSON: {data[:80]!r}"
+        ) from None
+    if "error" in chunk:
+        raise UpstreamErrorEvent(f"the server sent an error event: {chunk['error']}")
+    return _piece(chunk)
 
 
 def _piece(chunk: Mapping[str, Any]) -> StreamPiece:

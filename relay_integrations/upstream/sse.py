@@ -30,6 +30,14 @@ class EventDecoder:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The events `chunk` completes (each one's data lines joined by LF)."""
+        if (  # what vLLM sends, a chunk an event, arriving alone: one scan of each kind
+            chunk.startswith(b"data: ")
+            and chunk.endswith(b"\n\n")
+            and chunk.find(b"\n") == len(chunk) - 2
+            and not (self._line or self._data or self._after_cr)
+            and b"\r" not in chunk
+        ):
+            return [chunk[6:-2]]
         if self._after_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]
         if b"\r" in chunk:
