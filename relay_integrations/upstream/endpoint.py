@@ -422,6 +422,10 @@ def _event_piece(data: bytes) -> StreamPiece | None:
         raise UpstreamErrorEvent(
             f"the server sent an event that is not JSON: {data[:80]!r}"
         ) from None
+    if not isinstance(chunk, dict):
+        raise UpstreamErrorEvent(
+            f"the server sent an event that is not a JSON object: {data[:80]!r}"
+        )
     if "error" in chunk:
         raise UpstreamErrorEvent(f"the server sent an error event: {chunk['error']}")
     return _piece(chunk)

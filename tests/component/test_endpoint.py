@@ -102,6 +102,25 @@ async def test_server_sent_error_events_fail_the_request_or_interrupt_the_stream
     assert received == ["Hello", " there"] and interrupted.value.text == "Hello there"
 
 
+@pytest.mark.parametrize(
+    ("event", "said"),
+    [("data: [1, 2]\n\n", "not a JSON object"), ("data: {oops\n\n", "not JSON")],
+)
+async def test_an_event_that_is_not_a_json_object_fails_the_request_naming_it(
+    event: str, said: str
+) -> None:
+    request = CompletionRequest(prompt="Hi", max_tokens=8)
+    server, task, url = await _serve_events(event)
+    endpoint = Endpoint(EndpointConfig(base_url=url, model="m", max_retries=0), "large")
+    try:
+        with pytest.raises(UpstreamFailure, match=said):
+            [piece async for piece in endpoint.stream_completion(request)]
+    finally:
+        await endpoint.aclose()
+        server.should_exit = True
+        await task
+
+
 async def test_many_concurrent_streams_keep_their_connections_for_the_next_round() -> None:
     """40 streams at once open 40 connections; a second round reuses them all."""
     release = asyncio.Event()
