@@ -712,11 +712,12 @@ def test_a_client_leaving_cuts_the_upstream_request(
                         if reasoning == 3:
                             break
                     # a model is writing when the client leaves (not a hand-off's instant
-                    # between two requests: the generation goes on while the client waits)
-                    assert eventually(lambda: active() == 1)
+                    # between two requests: the generation goes on while the client waits;
+                    # two at once while a hand-off's next request is opened ahead)
+                    assert eventually(lambda: active() >= 1)
             else:
                 with posted_whole(url, chat_body()):  # the client leaves mid-reasoning
-                    assert eventually(lambda: active() == 1)  # a model is writing
+                    assert eventually(lambda: active() >= 1)  # a model is writing
                     assert served.relay.inflight == 1
             left_active, left_started = active(), started()
         assert eventually(lambda: active() == 0)
