@@ -154,6 +154,7 @@ def test_the_small_server_killed_and_restarted_under_load(tmp_path: Path) -> Non
             small.kill()
             killed = time.monotonic()
             time.sleep(RETRY_WAIT + 5)  # found down, then 5 s known down
+            restarting = time.monotonic()  # up and probed before start() returns
             small.start()
             restarted = time.monotonic()
             time.sleep(4)
@@ -167,8 +168,11 @@ def test_the_small_server_killed_and_restarted_under_load(tmp_path: Path) -> Non
         assert (seen.reasoning.strip(), seen.content) == (REASONING, ANSWER)
         assert not ADDRESS.search(seen.body)
     degraded = [s for s in streams if s.last["relay"]["degraded"]]
-    known_down = [s for s in streams if killed + RETRY_WAIT + 0.5 < s.started < restarted]
-    assert known_down and all(s in degraded for s in known_down)
+    known_down = [s for s in streams if killed + RETRY_WAIT + 0.5 < s.started < restarting]
+    assert known_down
+    assert all(s in degraded for s in known_down), [
+        (round(s.started - killed, 2), s.last["relay"]["degraded"]) for s in known_down
+    ]
     assert all("known down" in s.last["relay"]["degraded"] for s in known_down)
     assert all(s.last["relay"]["large_share"] == 1.0 for s in known_down)
     # no retry wait before the first token: the large model's own pace (54 tokens at 10 ms)
