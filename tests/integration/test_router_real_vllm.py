@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -42,7 +43,6 @@ from .conftest import (
     Server,
     pair_options,
     settled_metric,
-    vllm_metric,
 )
 from .test_relay_real_vllm import QUESTION, QWEN_TRACE, qwen_config, run
 
@@ -50,7 +50,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.scale_out]
 
 SERVERS_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "vllm_servers.sh"
 FINISHED = "vllm:request_success_total"  # completion requests a replica finished
-GENERATED = "vllm:generation_tokens_total"  # tokens a replica generated, over all requests
 
 
 def long_prompt() -> list[dict[str, str]]:
@@ -116,7 +115,7 @@ async def test_consistent_hash_keeps_a_generation_on_one_replica_and_its_cache(
 
 LONG_REASONING = " ".join(
     f"Step {i}: we add the next part and keep the running total in mind." for i in range(12)
-)  # some 500 forced tokens (~15 s on CPU): still being written while the test finds its replica
+)  # some 500 forced tokens (~15 s on CPU): still being written when the test kills its replica
 LONG_TRACE = (
     f"<think>\n{LONG_REASONING} Therefore, the sum is 12. Then the check holds.\n</think>\n\n"
     "The answer is 12."
@@ -133,25 +132,28 @@ async def workers_healthy(router: Server) -> bool:
     return len(workers) == 2 and all(worker["is_healthy"] for worker in workers)
 
 
-async def replica_writing(replicas: tuple[Replica, Replica]) -> Replica:
-    """The one replica whose generated-token counter keeps moving: the only one to move in
-    each of two half-second windows in a row. Not vLLM's gauge of running requests (a
-    snapshot of the last engine step that once named the idle replica on a loaded machine),
-    and not a counter compared with its value before the generation: vLLM updates counters
-    late, and a late update of the idle replica once named it, so the test killed the one
-    that was not writing."""
-    deadline = time.monotonic() + 20
-    writer: Replica | None = None
-    now = [await vllm_metric(replica.root, GENERATED) for replica in replicas]
-    while True:
-        await asyncio.sleep(0.5)
-        earlier, now = now, [await vllm_metric(replica.root, GENERATED) for replica in replicas]
-        moved = [after > before for after, before in zip(now, earlier, strict=True)]
-        mover = replicas[moved.index(True)] if moved.count(True) == 1 else None
-        if mover is not None and mover == writer:
-            return mover
-        writer = mover
-        assert time.monotonic() < deadline, f"no one replica kept generating: {now}"
+async def replica_of_session(
+    router: Server, replicas: tuple[Replica, Replica]
+) -> tuple[str, Replica]:
+    """A session id and the replica `router` sends it to: a one-token request in that session
+    finished there and nowhere else. Asked of the router itself, before the generation: no
+    guess from which replica's counters move while it runs (vLLM updates counters late, and a
+    late update of the idle replica once named it, so the test killed the one not writing)."""
+    for _ in range(3):
+        session = f"relay-{uuid.uuid4().hex}"
+        before = await finished_per_replica(replicas)
+        async with httpx.AsyncClient(timeout=PATIENT) as client:
+            probe = await client.post(
+                f"{router.url}/completions",
+                headers={"x-session-id": session},
+                json={"model": router.large_model, "prompt": "Hi", "max_tokens": 1},
+            )
+        probe.raise_for_status()
+        after = await finished_per_replica(replicas)
+        finished = [a - b for a, b in zip(after, before, strict=True)]
+        if sorted(finished) == [0, 1]:
+            return session, replicas[finished.index(1)]
+    raise AssertionError(f"no one replica finished the session's probe: {finished}")
 
 
 @pytest.fixture
@@ -176,16 +178,16 @@ async def test_a_replica_killed_mid_generation_costs_a_resume_and_no_text(
 ) -> None:
     config = qwen_config(router_hash, qwen_small)
     config = config.model_copy(update={"sampling": SamplingConfig(max_tokens=2048, seed=0)})
+    session, victim = await replica_of_session(router_hash, replicas)
     before = await finished_per_replica(replicas)
     streamed: list[str] = []
     result: RelayResult | None = None
     caplog.set_level(logging.WARNING, logger="relay_integrations")
     async with asyncio.timeout(120), RelaySwitcher(config) as relay:
-        async for event in forced(relay, LONG_TRACE).stream(QUESTION):
+        async for event in forced(relay, LONG_TRACE).stream(QUESTION, generation_id=session):
             if isinstance(event, TextDelta):
                 streamed.append(event.text)
                 if not restarted and len("".join(streamed)) > 120:
-                    victim = await replica_writing(replicas)
                     await asyncio.to_thread(servers_script, "kill", victim.name)
                     restarted.append(victim)
             elif isinstance(event, RelayDone):
