@@ -133,19 +133,20 @@ async def workers_healthy(router: Server) -> bool:
 
 
 async def replica_of_session(
-    router: Server, replicas: tuple[Replica, Replica]
+    router: Server, replicas: tuple[Replica, Replica], header: str
 ) -> tuple[str, Replica]:
-    """A session id and the replica `router` sends it to: a one-token request in that session
-    finished there and nowhere else. Asked of the router itself, before the generation: no
-    guess from which replica's counters move while it runs (vLLM updates counters late, and a
-    late update of the idle replica once named it, so the test killed the one not writing)."""
+    """A session id and the replica `router` sends it to: a one-token request with it in the
+    session `header` finished there and nowhere else. Asked of the router itself, before the
+    generation: no guess from which replica's counters move while it runs (vLLM updates
+    counters late, and a late update of the idle replica once named it, so the test killed the
+    one not writing)."""
     for _ in range(3):
         session = f"relay-{uuid.uuid4().hex}"
         before = await finished_per_replica(replicas)
         async with httpx.AsyncClient(timeout=PATIENT) as client:
             probe = await client.post(
                 f"{router.url}/completions",
-                headers={"x-session-id": session},
+                headers={header: session},
                 json={"model": router.large_model, "prompt": "Hi", "max_tokens": 1},
             )
         probe.raise_for_status()
@@ -178,7 +179,7 @@ async def test_a_replica_killed_mid_generation_costs_a_resume_and_no_text(
 ) -> None:
     config = qwen_config(router_hash, qwen_small)
     config = config.model_copy(update={"sampling": SamplingConfig(max_tokens=2048, seed=0)})
-    session, victim = await replica_of_session(router_hash, replicas)
+    session, victim = await replica_of_session(router_hash, replicas, config.session_header)
     before = await finished_per_replica(replicas)
     streamed: list[str] = []
     result: RelayResult | None = None
