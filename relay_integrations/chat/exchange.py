@@ -257,8 +257,11 @@ class _Answer:
         valid = [c for c in self.calls if isinstance(c, ToolCall)]
         if not parallel_tool_calls:
             valid = valid[:1]
+        content = "".join(self.content)
         return ChatResponse(
-            content="".join(self.content).strip(),
+            # as vLLM's parsers give it: the answer's text as written (a trailing space
+            # before a stop string kept), stripped around tool calls
+            content=content.strip() if self.calls else content,
             reasoning=result.reasoning,
             tool_calls=valid,
             invalid_tool_calls=[c for c in self.calls if isinstance(c, InvalidToolCall)],

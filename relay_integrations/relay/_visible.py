@@ -59,6 +59,6 @@ class VisibleText:
 
     def _new(self, start: int, phase: Phase) -> Releaser:
         if phase == "answer":
-            return Releaser(start)
+            return Releaser(start, keep_end=True)
         opener = self.markers.start if self.mode is PromptReasoning.MODEL_OPENS else None
         return Releaser(start, opener=opener, closer=self.markers.end)

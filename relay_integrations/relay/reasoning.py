@@ -30,31 +30,44 @@ class PromptReasoning(Enum):
 
 
 def split_reasoning(text: str, markers: ReasoningMarkers, mode: PromptReasoning) -> tuple[str, str]:
-    """(reasoning, answer) of a finished generation, markers and surrounding space removed."""
+    """(reasoning, answer) of a finished generation, without the markers. The reasoning is
+    stripped; the answer loses its leading whitespace (the blank line a template puts after
+    the end of reasoning) and keeps its end as the model or a stop string left it: vLLM's
+    text, a trailing space before a stop included."""
     if mode is PromptReasoning.CLOSED:
-        return "", text.strip()
+        return "", text.lstrip()
     body = text.lstrip()
     if mode is PromptReasoning.MODEL_OPENS:
         if not body.startswith(markers.start):
-            return "", text.strip()
+            return "", body
         body = body[len(markers.start) :]
     reasoning, found, answer = body.partition(markers.end)
-    return reasoning.strip(), answer.strip() if found else ""
+    return reasoning.strip(), answer.lstrip() if found else ""
 
 
 class Releaser:
     """Releases the visible text of one phase from a transcript that grows at its end.
 
     ``opener`` is skipped if the phase starts with it; ``closer`` ends the phase and is never
-    released. Leading and trailing whitespace of the phase is never released (the streamed
-    text adds up to the stripped phase text); a possible half-written closer is held back
-    until more text (or ``final``) decides.
+    released. Leading whitespace of the phase is never released, and trailing whitespace is
+    held back until more text comes (a hand-off may trim it); at the phase's end (``final``)
+    it is released if ``keep_end`` (the answer, whose streamed text adds up to
+    :func:`split_reasoning`'s answer) and dropped otherwise (the reasoning, stripped). A
+    possible half-written closer is held back until more text (or ``final``) decides.
     """
 
-    def __init__(self, start: int, opener: str | None = None, closer: str | None = None) -> None:
+    def __init__(
+        self,
+        start: int,
+        opener: str | None = None,
+        closer: str | None = None,
+        *,
+        keep_end: bool = False,
+    ) -> None:
         self.pos = start
         self.opener = opener
         self.closer = closer
+        self.keep_end = keep_end
         self.started = False
 
     def release(self, transcript: str, final: bool = False) -> str:
@@ -68,7 +81,9 @@ class Releaser:
                 end = found
             elif not final:
                 end -= partial_suffix(transcript, self.closer)
-        chunk = transcript[self.pos : end].rstrip()  # trailing space: a hand-off may trim it
+        chunk = transcript[self.pos : end]
+        if not (final and self.keep_end):
+            chunk = chunk.rstrip()  # trailing space: a hand-off may trim it
         self.pos += len(chunk)
         return chunk
 

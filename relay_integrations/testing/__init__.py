@@ -17,6 +17,8 @@ project's own tests and benchmarks use, public for an application's tests too.
   injection (needs the ``server`` extra); ``serving(...)`` runs it on a thread of its own for
   sync code.
 - :mod:`.qwen3_template`: the Qwen3 chat template as vLLM renders it, in plain Python.
+- :mod:`.vllm_stops`: vLLM's stop strings as its detokenizer applies them (which one wins,
+  where the text is cut, what a stream holds back), in plain Python.
 - :mod:`.gpu_speed`: a scripted model at a GPU's pace, from measured step times (continuous
   batching, prefill of uncached prompt tokens), and a virtual clock for ideal timings.
 """

@@ -16,14 +16,16 @@ stand in for it::
 
 A :class:`ScriptedModel` continues every prompt with the rest of a scripted trace: the prompt
 is the rendered chat (``ASSISTANT`` marks where the generation starts) plus whatever has been
-generated so far, and the reply is the trace after that. Streaming, stop strings with
-``include_stop_str_in_output``, ``min_tokens``, ``max_tokens``, ``stop_reason``, usage with
-cached tokens (and in every chunk with ``stream_options.continuous_usage_stats``), vLLM's cap
-on stop strings (``max_stop_strings``), ``/tokenize``, ``/detokenize`` and ``/v1/models``
-behave like vLLM's; a request without ``"stream": true`` gets the whole completion in one
-response. With ``api_key``, the ``/v1`` routes want it as a bearer token, as vLLM's
-``--api-key`` does. ``/tokenize`` renders chat messages (and tools) like vLLM with the Qwen3
-chat template (:func:`.qwen3_template.render_chat`). :class:`Fault` injects failures.
+generated so far, and the reply is the trace after that. Streaming, stop strings as vLLM's
+detokenizer applies them (:mod:`.vllm_stops`: the first to end wins, kept or left out as
+``include_stop_str_in_output`` says, a stop's possible start held back), ``min_tokens``,
+``max_tokens``, ``stop_reason``, usage with cached tokens (and in every chunk with
+``stream_options.continuous_usage_stats``), vLLM's cap on stop strings
+(``max_stop_strings``), ``/tokenize``, ``/detokenize`` and ``/v1/models`` behave like
+vLLM's; a request without ``"stream": true`` gets the whole completion in one response. With
+``api_key``, the ``/v1`` routes want it as a bearer token, as vLLM's ``--api-key`` does.
+``/tokenize`` renders chat messages (and tools) like vLLM with the Qwen3 chat template
+(:func:`.qwen3_template.render_chat`). :class:`Fault` injects failures.
 
 Synchronous code (a sync test suite, a LangChain app's ``invoke`` tests) serves it from a
 thread of its own with :func:`serving`::
@@ -68,6 +70,7 @@ from starlette.routing import Route
 
 from .gpu_speed import Engine, EngineRequest, LatencyModel
 from .qwen3_template import ASSISTANT, THINKING_OFF, render_chat, tokenize
+from .vllm_stops import StopText
 
 CACHE_BLOCK = 16
 """Tokens in one block of the scripted prefix cache (vLLM's GPU block size)."""
@@ -308,16 +311,17 @@ class ScriptedVLLM:
     async def _generate(
         self, model: ScriptedModel, body: dict[str, Any], fault: Fault, outcome: _Outcome
     ) -> AsyncIterator[str]:
-        """The text pieces of one completion (one a token, bar a stop's trimmed last piece);
+        """The text pieces of one completion, one a token as vLLM's detokenizer streams them
+        (:class:`.vllm_stops.StopText`: stop strings applied, a possible stop's start held
+        back while stops are left out of the text), and the held-back rest when it ends;
         `outcome` gets the finish reason and usage at the end."""
         if fault.stall:
             await asyncio.sleep(fault.stall)
         prompt_tokens = tokenize(body["prompt"])
         outcome.prompt_tokens = len(prompt_tokens)
         cached = model.cached_tokens(prompt_tokens)
-        stops = body.get("stop") or []
         include = body.get("include_stop_str_in_output", False)
-        text, n = "", 0
+        text, n = StopText(body.get("stop") or [], include_in_output=include), 0
         written: list[str] = []
         steps = self._engine_request(model, len(prompt_tokens) - cached)
         continuation = tokenize(model.continuation(body["prompt"], body))
@@ -330,29 +334,20 @@ class ScriptedVLLM:
                     raise ConnectionResetError("injected cut")
                 n += 1
                 outcome.generated = n
-                before = len(text)
-                text += token
-                hit = None
-                if n > body.get("min_tokens", 0):
-                    for stop in stops:
-                        at = text.find(stop, max(before - len(stop) + 1, 0))
-                        if at != -1:
-                            hit = (at, stop)
-                            break
+                outcome.stop_reason = text.update(token, check=n > body.get("min_tokens", 0))
                 # the decoding step of this token, the one that writes a stop string too
                 if steps is not None:
-                    last = hit is not None or n == body.get("max_tokens")
+                    last = outcome.stop_reason is not None or n == body.get("max_tokens")
                     last = last or index == len(continuation) - 1
                     outcome.backlog = await steps.take_token(last)
                 elif model.token_delay:
                     await asyncio.sleep(model.token_delay)
                 written.append(token)
-                if hit is not None:
-                    at, outcome.stop_reason = hit
-                    end = at + len(outcome.stop_reason) if include else at
-                    yield text[before:end] if end > before else ""
+                yield text.delta(finished=outcome.stop_reason is not None)
+                if outcome.stop_reason is not None:
                     break
-                yield token
+            if rest := text.delta(finished=True):  # the end, at the last token or max_tokens
+                yield rest
         finally:
             if steps is not None:
                 Engine.close(steps)

@@ -209,10 +209,13 @@ class Endpoint:
     ) -> AsyncGenerator[StreamPiece, None]:
         """Stream one completion. Retries until the first piece; see the module docstring.
 
-        Stop strings past the server's limit are found in the stream (:class:`StreamStops`):
-        the last piece then ends just after the stop string, with ``finish_reason`` "stop"
-        and that ``stop_reason``, as if the server had stopped there, and closing the stream
-        aborts the request upstream.
+        A request with more stop strings than the server takes has them all applied in the
+        stream (:class:`StreamStops`): the pieces are what vLLM would have streamed with all
+        of them (the text after the first stop string dropped, the stop kept or left out as
+        the request's ``include_stop_str_in_output`` says, a possible stop's start held back
+        while it is undecided), the last with ``finish_reason`` "stop" and that
+        ``stop_reason``; a stop the server was not given closes the stream there, which aborts
+        the request upstream.
         """
         observer, completed = self.observer, False
         if observer is not None:
@@ -220,8 +223,7 @@ class Endpoint:
         try:
             async with self._slots:
                 response, events, piece = await self._with_retries(lambda: self._open(request))
-                overflow = request.stop[self.stop_limit :] if self._overflows(request) else ()
-                watch = StreamStops(overflow) if overflow else None
+                watch = self._stream_stops(request)  # after _open: it may learn the limit
                 received, so_far, counted = "", StreamPiece(), False
                 try:
                     while piece is not None:
@@ -232,14 +234,14 @@ class Endpoint:
                             # count; usage is counted once, from the final usage chunk
                             so_far = piece
                             piece = _tokens_only(piece)
-                        hit = watch.feed(piece.text) if watch and piece.text else None
-                        if hit is not None:
-                            piece = _cut(hit, so_far)
-                            if observer is not None:
-                                observer.piece(self, request, piece)
-                            yield piece
-                            completed = True
-                            return  # the finally clause closes the stream: vLLM aborts it
+                        if watch is not None and not piece.usage_only:
+                            piece, closing = self._watched(watch, piece, so_far)
+                            if closing:
+                                if observer is not None:
+                                    observer.piece(self, request, piece)
+                                yield piece
+                                completed = True
+                                return  # the finally clause closes the stream: vLLM aborts it
                         received += piece.text
                         if observer is not None:
                             observer.piece(self, request, piece)
@@ -266,6 +268,34 @@ class Endpoint:
     def _overflows(self, request: CompletionRequest) -> bool:
         """Whether `request` has more stop strings than the server takes."""
         return self.stop_limit is not None and len(request.stop) > self.stop_limit
+
+    def _stream_stops(self, request: CompletionRequest) -> StreamStops | None:
+        """The stop strings to apply in the stream: all of `request`'s, when the server
+        takes fewer (None: the server applies them)."""
+        if not self._overflows(request):
+            return None
+        include = self._request_fields(request).get("include_stop_str_in_output", True)
+        return StreamStops(request.stop, include_in_output=bool(include))
+
+    def _watched(
+        self, watch: StreamStops, piece: StreamPiece, so_far: StreamPiece
+    ) -> tuple[StreamPiece, bool]:
+        """`piece` as vLLM would have sent it with all the stop strings, and whether it is
+        the last one: a stop the server was not given ended the text before the server
+        finished (the stream is closed there). A stop the server was given ends the server's
+        own stream at the same token (it ends first over all the stops, so over the server's
+        too, and the server's come first in the list, which wins a tie), which is then read
+        to its end, usage and all."""
+        text, stop = watch.feed(piece.text)
+        if stop is None and piece.finish_reason is not None:
+            text += watch.rest()  # the server's end: what was held back
+        elif stop is not None and piece.finish_reason is None:
+            if stop not in watch.stops[: self.stop_limit]:
+                return _cut(text, stop, so_far), True
+        elif stop is not None:  # the server finished at this piece for a reason of its own
+            piece.finish_reason, piece.stop_reason = "stop", stop
+        piece.text = text  # the piece is this loop's own (made from its event)
+        return piece, False
 
     async def _with_retries(self, call: Callable[[], Awaitable[T]]) -> T:
         """Run `call`, retrying what may pass; a final failure becomes UpstreamFailure.
@@ -355,22 +385,35 @@ class Endpoint:
         :data:`~.reserved_fields.RESERVED_BODY_FIELDS`, so that no ``extra_body`` overrides it
         unseen), the endpoint's ``extra_body``, the sampling, the request's own fields."""
         stops = list(request.stop[: self.stop_limit])  # the first ones: the relay orders them
-        return {
+        body = {
             "model": self.config.model,
             "prompt": request.prompt,
             "max_tokens": request.max_tokens,
             "stream": True,
             **({"stop": stops} if stops else {}),
-            **self.config.extra_body,
-            "include_stop_str_in_output": True,
-            "add_special_tokens": False,  # the rendered prompt has BOS if the model wants one
-            **request.sampling,
-            **request.extra_body,
+            **self._request_fields(request),
             # vLLM's own field: every chunk carries the usage so far. A chunk may hold several
             # tokens (vLLM merges what the client has not read yet), so only this counts them
             # exactly while the request runs; and a request closed at a stop string found in
             # the stream gets no final usage chunk.
             "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+        if self._overflows(request):
+            # the stream's own stops (StreamStops) need to see every stop the server writes,
+            # and hold back a stop's possible start themselves (the server would hold back
+            # only its own stops' lengths)
+            body["include_stop_str_in_output"] = True
+        return body
+
+    def _request_fields(self, request: CompletionRequest) -> dict[str, Any]:
+        """The fields of `request`'s body past the prompt and stops: the endpoint's
+        ``extra_body``, the relay's own, the sampling, the request's own fields."""
+        return {
+            **self.config.extra_body,
+            "include_stop_str_in_output": True,
+            "add_special_tokens": False,  # the rendered prompt has BOS if the model wants one
+            **request.sampling,
+            **request.extra_body,
         }
 
     def _retrying(self) -> AsyncRetrying:
@@ -472,11 +515,10 @@ def _usage_of(piece: StreamPiece) -> StreamPiece:
     )
 
 
-def _cut(hit: tuple[str, str], usage: StreamPiece) -> StreamPiece:
+def _cut(kept: str, stop: str, usage: StreamPiece) -> StreamPiece:
     """The last piece of a request closed at a stop string found in the stream: its text up
-    to the stop string's end, and the usage so far (cached tokens unknown: that count comes
-    in the final chunk, which a closed stream does not get)."""
-    kept, stop = hit
+    to where vLLM cuts, and the usage so far (cached tokens unknown: that count comes in the
+    final chunk, which a closed stream does not get)."""
     return StreamPiece(
         kept,
         "stop",

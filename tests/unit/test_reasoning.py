@@ -28,7 +28,16 @@ def test_split_reasoning_each_mode() -> None:
     assert split_reasoning("Just A", M, PromptReasoning.MODEL_OPENS) == ("", "Just A")
     assert split_reasoning("r2\n</think>\nB", M, PromptReasoning.OPEN) == ("r2", "B")
     assert split_reasoning("unfinished", M, PromptReasoning.OPEN) == ("unfinished", "")
-    assert split_reasoning("\nC ", M, PromptReasoning.CLOSED) == ("", "C")
+    assert split_reasoning("\nC ", M, PromptReasoning.CLOSED) == ("", "C ")
+
+
+def test_the_answer_keeps_its_end_and_loses_the_blank_line_after_the_reasoning() -> None:
+    """vLLM's text ends where a stop string cut it, a space before the stop included; the
+    blank line the template puts after ``</think>`` is not the answer's (vLLM's qwen3 parser
+    keeps it in ``content``; the relay's answer starts at its first word)."""
+    text = "<think>\nr1 \n</think>\n\nIt has the "
+    assert split_reasoning(text, M, PromptReasoning.MODEL_OPENS) == ("r1", "It has the ")
+    assert split_reasoning(" It has\n", M, PromptReasoning.MODEL_OPENS) == ("", "It has\n")
 
 
 def _stream(releaser: Releaser, pieces: list[str]) -> tuple[str, list[str]]:
@@ -60,3 +69,13 @@ def test_releaser_without_opener_starts_after_leading_whitespace() -> None:
     releaser = Releaser(0, closer="</think>")
     _, out = _stream(releaser, ["\n", "\n", "Okay", ","])
     assert "".join(out) == "Okay,"
+
+
+def test_the_answer_releases_its_trailing_space_at_its_end() -> None:
+    releaser = Releaser(0, keep_end=True)
+    transcript, out = _stream(releaser, ["\n\n", "It", " has", " the "])
+    assert out == ["", "It", " has", " the"]  # the space may still be trimmed: held back
+    assert releaser.release(transcript, final=True) == " "
+    reasoning = Releaser(0, closer="</think>")
+    _stream(reasoning, ["So", " "])
+    assert reasoning.release("So ", final=True) == ""  # the reasoning is stripped
