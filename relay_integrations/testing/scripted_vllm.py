@@ -340,7 +340,11 @@ class ScriptedVLLM:
                     last = outcome.stop_reason is not None or n == body.get("max_tokens")
                     last = last or index == len(continuation) - 1
                     outcome.backlog = await steps.take_token(last)
-                elif model.token_delay:
+                else:
+                    # a decoding step gives the loop a turn even when it takes no time, as
+                    # vLLM's do: a client that left (a stream closed at a stop string found
+                    # in it) is then noticed and its request ended, not written to (asyncio
+                    # warns "socket.send() raised exception." past a few such writes)
                     await asyncio.sleep(model.token_delay)
                 written.append(token)
                 yield text.delta(finished=outcome.stop_reason is not None)
