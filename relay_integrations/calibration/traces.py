@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..jobs.concurrency import run_bounded
-from ..jobs.datasets import DatasetError, ProblemSet, chat_messages, text_sha256
+from ..jobs.datasets import DatasetError, ProblemSet, chat_messages, json_kind, text_sha256
 from ..jobs.progress import Progress
 from ..jobs.records import RecordFile
 from ..relay.config import CONTEXT_MARGIN, ReasoningMarkers
@@ -60,14 +60,21 @@ class TraceFile(RecordFile[Trace]):
 def ready_traces(
     problems: ProblemSet, prompt_field: str = "prompt", reasoning_field: str = "reasoning"
 ) -> list[Trace]:
-    """Traces someone already has: a prompt and its reasoning text on every line."""
+    """Traces someone already has: a prompt (text or chat messages) and its reasoning text on
+    every line; a row that is not one fails with its file and line."""
     traces = []
     for index, row in enumerate(problems.rows):
-        where = f"{problems.path}, row {index + 1}"
+        where = problems.where(index)
         messages = chat_messages(row[prompt_field], where)
-        traces.append(
-            Trace(id=str(row.get("id", index)), messages=messages, reasoning=row[reasoning_field])
-        )
+        reasoning = row[reasoning_field]
+        if not isinstance(reasoning, str):
+            raise DatasetError(
+                where, f"{reasoning_field!r} is {json_kind(reasoning)}: the reasoning must be text"
+            )
+        trace_id = row.get("id", index)
+        if isinstance(trace_id, bool) or not isinstance(trace_id, str | int):
+            raise DatasetError(where, f"'id' is {json_kind(trace_id)}: give text or a number")
+        traces.append(Trace(id=str(trace_id), messages=messages, reasoning=reasoning))
     return traces
 
 
@@ -91,6 +98,10 @@ async def write_traces(
     `out`, and the same call resumes from there.
     """
     markers = markers or ReasoningMarkers()
+    # every problem checked before the first request, so a bad row costs no work
+    chats = [
+        chat_messages(row["problem"], problems.where(i)) for i, row in enumerate(problems.rows)
+    ]
     done = {trace.id: trace for trace in out.read()}
     wanted = [(index, sample) for index in range(len(problems.rows)) for sample in range(samples)]
     for index, sample in wanted:
@@ -114,6 +125,7 @@ async def write_traces(
             endpoint,
             renderer,
             problems.rows[index]["problem"],
+            chats[index],
             index,
             sample,
             sampling,
@@ -134,6 +146,7 @@ async def _trace(
     endpoint: Endpoint,
     renderer: PromptRenderer,
     problem: Any,
+    messages: list[dict[str, Any]],
     index: int,
     sample: int,
     sampling: SamplingConfig,
@@ -142,7 +155,6 @@ async def _trace(
     extra_body: Mapping[str, Any],
 ) -> Trace:
     started = time.monotonic()
-    messages = chat_messages(problem, f"problem {index + 1}")
     prompt = await renderer.render(endpoint, ChatInput(messages, None, dict(chat_template_kwargs)))
     mode = PromptReasoning.of(prompt.text, markers)
     if mode is PromptReasoning.CLOSED:

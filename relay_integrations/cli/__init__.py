@@ -21,15 +21,17 @@ from . import bench, calibrate, check, generate, serve
 from .options import CommandError
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def command_line() -> argparse.ArgumentParser:
+    """The parser of ``relaygen`` and its subcommands (``relaygen --help``)."""
     parser = argparse.ArgumentParser(prog="relaygen", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    generate.add_parser(commands)
-    calibrate.add_parser(commands)
-    serve.add_parser(commands)
-    bench.add_parser(commands)
-    check.add_parser(commands)
-    args = parser.parse_args(argv)
+    for command in (generate, calibrate, serve, bench, check):
+        command.add_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = command_line().parse_args(argv)
     try:
         code: int = args.run(args)
     except CommandError as exc:

@@ -32,10 +32,19 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--problems", type=Path, required=True, help="JSON Lines: problem, answer")
     parser.add_argument("--limit", type=int, help="only the first N problems")
     parser.add_argument(
-        "--modes", default="large,small,relay", help="comma-separated, run in this order"
+        "--modes",
+        default="large,small,relay",
+        help="comma-separated, run in this order (default: %(default)s)",
     )
-    parser.add_argument("--samples", type=int, default=1, help="generations per problem and mode")
-    parser.add_argument("--concurrency", type=int, default=8, help="generations in flight")
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=1,
+        help="generations per problem and mode (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=8, help="generations in flight (default: %(default)s)"
+    )
     parser.add_argument("--out", type=Path, required=True, help="directory of the results")
     parser.add_argument("--title", help="title of the plot")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG plot")

@@ -49,22 +49,46 @@ def add_parser(commands: Any) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--problems", type=Path, help="JSON Lines with a 'problem' field")
     source.add_argument("--traces", type=Path, help="JSON Lines with a prompt and its reasoning")
-    parser.add_argument("--prompt-field", default="prompt", help="prompt field of --traces")
-    parser.add_argument("--reasoning-field", default="reasoning", help="its reasoning field")
+    parser.add_argument(
+        "--prompt-field", default="prompt", help="prompt field of --traces (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--reasoning-field", default="reasoning", help="its reasoning field (default: %(default)s)"
+    )
     parser.add_argument("--limit", type=int, help="use only the first N rows of the file")
     add_endpoint_options(parser, *MODEL_ROLES)
-    parser.add_argument("--out", type=Path, default=Path("calibration"), help="output folder")
-    parser.add_argument("--samples", type=int, default=4, help="traces per problem")
+    parser.add_argument(
+        "--out", type=Path, default=Path("calibration"), help="output folder (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--samples", type=int, default=4, help="traces per problem (default: %(default)s)"
+    )
     add_sampling_options(parser, budget="token budget of one trace")
     parser.add_argument(
         "--candidates", help="JSON list of candidate cues (default: the published method's 83)"
     )
-    parser.add_argument("--k", type=float, default=1.0, help="standard errors above the mean")
-    parser.add_argument("--min-occurrences", type=int, default=5)
     parser.add_argument(
-        "--max-span-tokens", type=int, default=128, help="post-cue span cap (the segment cap)"
+        "--k",
+        type=float,
+        default=1.0,
+        help="a cue is selected when its mean margin is this many standard errors above the "
+        "global mean (default: %(default)s)",
     )
-    parser.add_argument("--concurrency", type=int, default=8, help="requests in flight")
+    parser.add_argument(
+        "--min-occurrences",
+        type=int,
+        default=5,
+        help="occurrences a cue needs in the traces to be selected (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-span-tokens",
+        type=int,
+        default=128,
+        help="post-cue span cap (the segment cap; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=8, help="requests in flight (default: %(default)s)"
+    )
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
     parser.add_argument("--title", help="title of the plot")
     parser.set_defaults(run=run)

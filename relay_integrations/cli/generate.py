@@ -4,7 +4,10 @@
         --large-url http://gpu-a:8000/v1 --large-model Qwen/Qwen3-32B \\
         --small-url http://gpu-b:8000/v1 --small-model Qwen/Qwen3-1.7B
 
-Every option can come from the environment instead (``RELAY_LARGE__BASE_URL``, ... see
+Without a question on the command line, the question is standard input when it is piped
+(``echo "What is 17 * 23?" | relaygen generate ...``, ``relaygen generate ... < question.txt``),
+else a built-in example; a question given on the command line wins and standard input is not
+read. Every option can come from the environment instead (``RELAY_LARGE__BASE_URL``, ... see
 :meth:`RelayConfig.from_env`). The generation streams to the terminal, each span marked with
 the model that wrote it, followed by the relay's stats.
 """
@@ -20,7 +23,7 @@ from typing import Any, TextIO
 
 from ..relay import RelayConfig, RelayDone, RelayResult, RelaySwitcher, TextDelta
 from ..upstream.config import ModelRole
-from .options import add_relay_options, configuration, relay_config
+from .options import CommandError, add_relay_options, configuration, relay_config
 
 DEFAULT_PROMPT = (
     "A train travels 60 km in the first hour and 90 km in the second hour. "
@@ -32,7 +35,11 @@ _RESET = "\033[0m"
 
 def add_parser(commands: Any) -> None:
     generate = commands.add_parser("generate", help="stream one relay generation to the terminal")
-    generate.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT)
+    generate.add_argument(
+        "prompt",
+        nargs="?",
+        help="the question (default: standard input when it is piped, else a built-in example)",
+    )
     generate.add_argument("--system", help="a system message")
     add_relay_options(generate)
     generate.add_argument(
@@ -46,8 +53,38 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     with configuration():
         config = relay_config(args)
+    args.prompt = question(args.prompt, sys.stdin)
     result = asyncio.run(_generate(config, args))
     return 0 if result.finish_reason != "error" else 1
+
+
+def question(given: str | None, stdin: TextIO | None) -> str:
+    """The question to ask: the command line's, else piped standard input, else the example.
+
+    A terminal is not read (the user would face a silent wait); piped input that holds
+    nothing but whitespace is an error rather than an empty question::
+
+        question(None, io.StringIO("What is 2 + 2?\\n"))  # 'What is 2 + 2?'
+    """
+    if given is not None:
+        return given
+    if stdin is None or stdin.isatty():
+        return DEFAULT_PROMPT
+    try:
+        text = stdin.read().strip()
+    except UnicodeDecodeError as bad:
+        raise CommandError(
+            f"relaygen generate: standard input is not {bad.encoding} text "
+            f"(byte {bad.start}); pipe the question as text or give it as an argument",
+            2,
+        ) from None
+    if not text:
+        raise CommandError(
+            "relaygen generate: standard input is empty: pipe a question in "
+            '(echo "What is 2 + 2?" | relaygen generate ...) or give it as an argument',
+            2,
+        )
+    return text
 
 
 async def _generate(config: RelayConfig, args: argparse.Namespace) -> RelayResult:

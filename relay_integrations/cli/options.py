@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..relay.config import RelayConfig
+from ..relay.config import RelayConfig, SwitchPolicy
 from ..upstream.config import MODEL_ROLES, SamplingConfig
 from ..upstream.errors import RelayError
 
@@ -66,15 +66,40 @@ def add_relay_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-small-tokens",
         type=int,
-        help="the small model's cap per mid-reasoning turn (SwitchPolicy.max_small_tokens; "
-        "calibrate with the same --max-span-tokens)",
+        help=with_default(
+            "the small model's cap per mid-reasoning turn; calibrate with the same "
+            "--max-span-tokens",
+            SwitchPolicy.model_fields["max_small_tokens"].default,
+            "RELAY_POLICY__MAX_SMALL_TOKENS",
+        ),
     )
     add_sampling_options(parser, budget="budget for reasoning plus answer")
 
 
+def with_default(text: str, default: object, variable: str) -> str:
+    """An option's help that states what applies without it: the configuration's default,
+    unless the environment's `variable` is set (escaped for argparse's ``%`` formatting)::
+
+        with_default("sampling temperature", 0.6, "RELAY_SAMPLING__TEMPERATURE")
+        # 'sampling temperature (default: 0.6, unless RELAY_SAMPLING__TEMPERATURE is set)'
+    """
+    if default is None:
+        shown = "not sent: the server's own"
+    else:
+        shown = f"{default:g}" if isinstance(default, float) else str(default)
+    return f"{text} (default: {shown}, unless {variable} is set)".replace("%", "%%")
+
+
 def add_cue_options(parser: argparse.ArgumentParser) -> None:
     """``--cues`` and ``--allow-model-mismatch``."""
-    parser.add_argument("--cues", help="cue artifact path, builtin:NAME, or a JSON list of cues")
+    parser.add_argument(
+        "--cues",
+        help=with_default(
+            "cue artifact path, builtin:NAME, or a JSON list of cues",
+            RelayConfig.model_fields["cues"].default,
+            "RELAY_CUES",
+        ),
+    )
     parser.add_argument(
         "--allow-model-mismatch",
         action="store_true",
@@ -89,13 +114,15 @@ def add_sampling_options(parser: argparse.ArgumentParser, budget: str) -> None:
     """``--temperature``, ``--top-p``, ``--top-k``, ``--min-p``, the penalties, ``--seed`` and
     ``--max-tokens``: every field of :class:`SamplingConfig` (ranges checked by it)."""
     for name in SamplingConfig.model_fields:
-        help_text = (
-            budget if name == "max_tokens" else SamplingConfig.model_fields[name].description
-        )
+        field = SamplingConfig.model_fields[name]
         parser.add_argument(
             "--" + name.replace("_", "-"),
             type=int if name in _INTEGER_SAMPLING else float,
-            help=help_text,
+            help=with_default(
+                budget if name == "max_tokens" else field.description or name,
+                field.default,
+                f"RELAY_SAMPLING__{name.upper()}",
+            ),
         )
 
 

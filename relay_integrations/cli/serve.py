@@ -19,10 +19,17 @@ from .options import add_relay_options, configuration, relay_config
 
 
 def add_parser(commands: Any) -> None:
-    parser = commands.add_parser("serve", help="serve the relay as an OpenAI-compatible API")
+    parser = commands.add_parser(
+        "serve",
+        help="serve the relay as an OpenAI-compatible API",
+        # the defaults below are ServerSettings' (tests/unit/test_cli_options.py holds them
+        # to it); the server extra is not imported to build the parser of every command
+        description="Every option also comes from RELAY_SERVER_<OPTION> (RELAY_SERVER_PORT, "
+        "RELAY_SERVER_API_KEYS=k1,k2); the command line wins.",
+    )
     add_relay_options(parser)
-    parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="port to listen on (default 8000)")
+    parser.add_argument("--host", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port to listen on (default: 8000)")
     parser.add_argument(
         "--served-model-name",
         action="append",
@@ -36,55 +43,89 @@ def add_parser(commands: Any) -> None:
         dest="api_keys",
         help="a Bearer key clients must send (repeatable; default: none asked for)",
     )
-    parser.add_argument("--max-concurrent-generations", type=int, help="beyond it: 429")
-    parser.add_argument("--retry-after", type=int, help="Retry-After seconds of a 429")
-    parser.add_argument("--max-body-bytes", type=int)
-    parser.add_argument("--max-messages", type=int)
-    parser.add_argument("--max-tokens-limit", type=int, help="largest max_tokens a client may ask")
     parser.add_argument(
-        "--max-stop-strings", type=int, help="stop strings a request may send (default 4)"
+        "--max-concurrent-generations",
+        type=int,
+        help="generations in flight; one more is answered 429 (default: 256)",
+    )
+    parser.add_argument("--retry-after", type=int, help="Retry-After seconds of a 429 (default: 1)")
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        help="largest request body; a larger one is answered 413 (default: 4194304: 4 MiB)",
     )
     parser.add_argument(
-        "--max-stop-length", type=int, help="characters per stop string (default 256)"
+        "--max-messages",
+        type=int,
+        help="most messages a request may send (of the Responses API: that its input makes), "
+        "else 400 (default: 1024)",
     )
     parser.add_argument(
-        "--shutdown-timeout", type=int, help="seconds in-flight streams get at shutdown"
+        "--max-tokens-limit",
+        type=int,
+        help="largest max_tokens a client may ask (default: 32768)",
     )
     parser.add_argument(
-        "--keep-alive-timeout", type=int, help="seconds an idle client connection stays open"
+        "--max-stop-strings", type=int, help="stop strings a request may send (default: 4)"
     )
     parser.add_argument(
-        "--head-timeout", type=float, help="seconds to send a request head, else 408 (30)"
+        "--max-stop-length", type=int, help="characters per stop string (default: 256)"
     )
     parser.add_argument(
-        "--body-timeout", type=float, help="seconds to send a request body, else 408 (60)"
+        "--shutdown-timeout",
+        type=int,
+        help="seconds in-flight streams get at shutdown (default: 30)",
+    )
+    parser.add_argument(
+        "--keep-alive-timeout",
+        type=int,
+        help="seconds an idle client connection stays open (default: 75)",
+    )
+    parser.add_argument(
+        "--head-timeout",
+        type=float,
+        help="seconds to send a request head, else 408 (default: 30)",
+    )
+    parser.add_argument(
+        "--body-timeout",
+        type=float,
+        help="seconds to send a request body, else 408 (default: 60)",
     )
     parser.add_argument(
         "--send-timeout",
         type=float,
-        help="seconds a client may accept nothing before its stream is ended (60)",
+        help="seconds a client may accept nothing before its stream is ended (default: 60)",
     )
     parser.add_argument(
         "--sse-keepalive",
         type=float,
         help="seconds a stream may stay silent before an SSE comment keeps proxies from "
-        "cutting it (15; 0: never)",
+        "cutting it (default: 15; 0: never)",
     )
     parser.add_argument(
-        "--health-timeout", type=float, help="seconds each upstream has to answer /health"
+        "--health-timeout",
+        type=float,
+        help="seconds each upstream has to answer /health (default: 5)",
     )
     parser.add_argument(
         "--health-cache-seconds",
         type=float,
-        help="seconds one upstream check answers every /health and /readyz probe (1)",
+        help="seconds one upstream check answers every /health and /readyz probe (default: 1)",
     )
     parser.add_argument(
         "--workers",
         type=int,
-        help="processes sharing the port (default 1); each takes --max-concurrent-generations",
+        help="processes sharing the port, each with its own --max-concurrent-generations "
+        "(default: 1)",
     )
-    parser.add_argument("--log-format", choices=["json", "text"])
-    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-format", choices=["json", "text"], help="log lines as (default: json)"
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="least severe level logged (default: info)",
+    )
     parser.set_defaults(run=run)
 
 

@@ -34,18 +34,22 @@ class RecordFile(Generic[M]):
         """The records written so far; a line cut short by a crash is dropped from the file."""
         if not self.path.exists():
             return []
-        lines = self.path.read_text(encoding="utf-8").splitlines()
+        lines = self.path.read_bytes().splitlines()
         records = []
         for number, line in enumerate(lines, 1):
             try:
-                records.append(self.model.model_validate_json(line))
-            except ValidationError as exc:
+                records.append(self.model.model_validate_json(line.decode("utf-8")))
+            except (ValidationError, UnicodeDecodeError) as exc:
                 if number == len(lines):  # the write of the last record was interrupted
-                    self.path.write_text("".join(x + "\n" for x in lines[:-1]), "utf-8")
+                    self.path.write_bytes(b"".join(x + b"\n" for x in lines[:-1]))
                     break
+                reason = (
+                    f"not UTF-8 text (byte {exc.start + 1} of the line)"
+                    if isinstance(exc, UnicodeDecodeError)
+                    else exc.errors()[0]["msg"]
+                )
                 raise DatasetError(
-                    f"{self.path}:{number}",
-                    f"not a {self.kind} record ({exc.errors()[0]['msg']})",
+                    f"{self.path}:{number}", f"not a {self.kind} record ({reason})"
                 ) from None
         return records
 

@@ -15,13 +15,15 @@ JSON, or read from environment variables::
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..upstream.config import MODEL_ROLES, EndpointConfig, Frozen, ModelRole, SamplingConfig
 from ..upstream.headers import check_header_name
@@ -172,7 +174,10 @@ class RelayConfig(Frozen):
         Values that are lists or dicts are JSON (``RELAY_LARGE__EXTRA_HEADERS='{"a": "b"}'``);
         ``RELAY_CUES`` may also be a JSON list of cues; ``RELAY_API_KEY`` is the key of both
         servers unless ``RELAY_LARGE__API_KEY`` / ``RELAY_SMALL__API_KEY`` say otherwise.
-        Keyword overrides win over the environment.
+        Keyword overrides win over the environment. A variable that does not validate is a
+        ``ValueError`` naming it; one that looks meant for the relay but names no field
+        (``RELAY_TEMPERATURE``) is a :class:`RelayEnvironmentWarning` naming the close match
+        (see :meth:`RelayEnvironment.read`).
         """
         return cls.model_validate({**cls.env_values(prefix, environ), **overrides})
 
@@ -182,6 +187,11 @@ class RelayConfig(Frozen):
     ) -> dict[str, Any]:
         """The raw, not yet validated, nested values that :meth:`from_env` reads."""
         return RelayEnvironment.read(prefix, environ).values
+
+
+class RelayEnvironmentWarning(UserWarning):
+    """A ``RELAY_*`` variable that looks meant for the relay's configuration but that no field
+    reads (``RELAY_TEMPERATURE`` for ``RELAY_SAMPLING__TEMPERATURE``)."""
 
 
 @dataclass(frozen=True)
@@ -201,23 +211,143 @@ class RelayEnvironment:
     def read(
         cls, prefix: str = "RELAY_", environ: Mapping[str, str] | None = None
     ) -> RelayEnvironment:
+        """Read and check every variable of the configuration.
+
+        A value that does not validate (not JSON where JSON is needed, a wrong type, out of
+        range, a field that does not exist under a known one such as
+        ``RELAY_LARGE__BASE_UR``) raises a ``ValueError`` that names each such variable and
+        the reason (never the value: it may be a key). Values are checked field by field
+        here; whether the whole configuration is complete is for its user to say.
+
+        Other programs' ``RELAY_*`` variables are left alone (the test suite's
+        ``RELAY_TEST_*``, ``RELAY_VLLM_*``, ...; ``RELAY_SERVER_*`` belong to ``relaygen
+        serve``). An unknown name is warned about (:class:`RelayEnvironmentWarning`, with
+        the close match) only when it looks meant for the configuration: it has the nesting
+        ``__``, or its name is a field's (``RELAY_TEMPERATURE``, ``RELAY_BASE_URL``), or it is
+        one or two letters from a variable's (``RELAY_CUE``).
+        """
         env = os.environ if environ is None else environ
         data: dict[str, Any] = {}
-        for key, raw in env.items():
-            if not key.startswith(prefix):
+        sources: dict[tuple[str, ...], str] = {}
+        problems: list[str] = []
+        # a whole object first (RELAY_LARGE='{...}'), so that the nested ones go into it
+        for key, raw in sorted(env.items(), key=lambda item: (item[0].count("__"), item[0])):
+            if not key.startswith(prefix) or key == prefix + "API_KEY":
                 continue
-            path = key[len(prefix) :].lower().split("__")
+            path = tuple(key[len(prefix) :].lower().split("__"))
             if path[0] not in RelayConfig.model_fields:
-                continue  # RELAY_* variables of other tools are not ours
+                if not key.startswith(prefix + "SERVER_"):
+                    _warn_if_meant_for_us(key, prefix)
+                continue
+            try:
+                value = _parse_env_value(raw)
+            except json.JSONDecodeError as bad:
+                problems.append(
+                    f"{key}: not JSON ({bad.msg} at character {bad.pos}); a list or a dict "
+                    """is written as JSON, e.g. '{"x-tenant": "acme"}' or '["a", "b"]'"""
+                )
+                continue
             target = data
-            for part in path[:-1]:
+            for depth, part in enumerate(path[:-1]):
                 target = target.setdefault(part, {})
-            target[path[-1]] = _parse_env_value(raw)
+                if not isinstance(target, dict):  # RELAY_LARGE set to a value, not nested
+                    owner = _owner(sources, path[: depth + 1])
+                    problems.append(f"{key}: {owner} already sets {'.'.join(path[: depth + 1])}")
+                    break
+            else:
+                target[path[-1]] = value
+                sources[path] = key
+        problems += _invalid_variables(data, sources, prefix)
+        if problems:
+            raise ValueError("invalid environment variables: " + "; ".join(problems))
         shared_key = env.get(prefix + "API_KEY") or None
         if shared_key:
             for role in MODEL_ROLES:
                 data.setdefault(role, {}).setdefault("api_key", shared_key)
         return cls(data, shared_key)
+
+
+def _invalid_variables(
+    data: dict[str, Any], sources: Mapping[tuple[str, ...], str], prefix: str
+) -> list[str]:
+    """What is wrong with each variable's value, found by validating them all together (so
+    that a field's own validators run) and naming the variable that set each field in error.
+    Missing fields and errors of the whole configuration are not any one variable's."""
+    try:
+        RelayConfig.model_validate(data)
+    except ValidationError as invalid:
+        errors = invalid.errors(include_input=False, include_url=False)
+    else:
+        return []
+    found = []
+    for error in errors:
+        loc = tuple(str(part) for part in error["loc"])
+        key = _owner(sources, loc)
+        if error["type"] == "missing" or key is None:
+            continue
+        if error["type"] == "extra_forbidden":
+            meant = prefix + "__".join(loc).upper()  # the variable of the field, as it was read
+            hint = _close(meant, prefix)
+            found.append(f"{key}: {'.'.join(loc[:-1])} has no field {loc[-1]!r}{hint}")
+        else:
+            field = ".".join(loc)
+            found.append(f"{key} (the field {field}): {error['msg']}")
+    return found
+
+
+def _owner(sources: Mapping[tuple[str, ...], str], loc: tuple[str, ...]) -> str | None:
+    """The variable that set the field at `loc`: the one of the longest path above it."""
+    above = [path for path in sources if loc[: len(path)] == path]
+    return sources[max(above, key=len)] if above else None
+
+
+def _config_variables(prefix: str) -> dict[str, str]:
+    """Every variable the configuration reads, by its last field name: RELAY_LARGE__MODEL,
+    RELAY_SAMPLING__TEMPERATURE, ... (``__`` between the levels)."""
+    found: dict[str, str] = {prefix + "API_KEY": "api_key"}
+
+    def walk(model: type[BaseModel], name: str) -> None:
+        for field, info in model.model_fields.items():
+            variable = f"{name}{field.upper()}"
+            found[variable] = field
+            inner = [t for t in (info.annotation, *get_args(info.annotation)) if _is_model(t)]
+            for nested in inner:
+                walk(nested, variable + "__")
+
+    walk(RelayConfig, prefix)
+    return found
+
+
+def _is_model(kind: object) -> bool:
+    return isinstance(kind, type) and issubclass(kind, BaseModel)
+
+
+def _close(key: str, prefix: str) -> str:
+    """ "; did you mean X?" for the configuration's variables closest to `key`, else "": the
+    least nested ones of the same field name, or those (or a field) a letter or two away."""
+    known = _config_variables(prefix)
+    name = key[len(prefix) :].lower()
+    by_name = {variable[len(prefix) :].lower(): variable for variable in known}
+    close = [by_name[n] for n in difflib.get_close_matches(name, by_name, n=2, cutoff=0.8)]
+    if not close:
+        field = name.rsplit("__", 1)[-1]
+        near = difflib.get_close_matches(field, set(known.values()), n=1, cutoff=0.8)
+        same = [variable for variable, f in known.items() if near and f == near[0]]
+        close = [v for v in same if v.count("__") == min(x.count("__") for x in same)]
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+def _warn_if_meant_for_us(key: str, prefix: str) -> None:
+    """Warn about `key` if it looks like a configuration variable (see
+    :meth:`RelayEnvironment.read` for the rule); other programs' variables pass in silence."""
+    name = key[len(prefix) :].lower()
+    hint = _close(key, prefix)
+    if "__" in name or hint:
+        warnings.warn(
+            f"{key} is not a variable of the relay's configuration, and is ignored{hint}",
+            RelayEnvironmentWarning,
+            stacklevel=3,
+        )
 
 
 def _parse_env_value(raw: str) -> Any:

@@ -5,15 +5,22 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
+import tempfile
+from contextlib import redirect_stderr, redirect_stdout
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from relay_integrations.calibration import DatasetError, ProblemSet, Trace, TraceFile, ready_traces
 from relay_integrations.calibration.report import format_table, write_csv, write_plot
+from relay_integrations.cli import main
 from relay_integrations.jobs.progress import Progress
 from relay_integrations.relay import CueArtifactError, load_artifact
 from relay_integrations.relay.artifact import (
@@ -244,3 +251,175 @@ def test_the_command_line_needs_the_small_endpoint(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "no small endpoint: pass --small-url and --small-model" in done.stderr
+
+
+# --- every malformed input file of `relaygen calibrate`: a clean error naming file and line ---
+
+BAD_FILES = settings(
+    max_examples=max(1, round(60 * float(os.environ.get("RELAY_FUZZ_SCALE", "1")))),
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+NOT_TEXT = JSON_VALUES.filter(lambda value: not isinstance(value, str))
+BLANK = st.sampled_from(["", " ", "\t\n"])
+MESSAGE = {"role": "user", "content": "What is 2 + 2?"}
+BAD_MESSAGE = st.one_of(
+    NOT_TEXT.filter(lambda value: not isinstance(value, dict)),
+    st.builds(lambda role: {**MESSAGE, "role": role}, NOT_TEXT),
+    st.builds(lambda content: {**MESSAGE, "content": content}, NOT_TEXT),
+    st.sampled_from([{"role": "user"}, {"content": "hi"}, {}]),
+)
+BAD_PROMPT = st.one_of(
+    NOT_TEXT.filter(
+        lambda value: (
+            not isinstance(value, list)
+            or not value
+            or not all(
+                isinstance(m, dict)
+                and isinstance(m.get("role"), str)
+                and isinstance(m.get("content"), str)
+                for m in value
+            )
+        )
+    ),
+    BLANK,
+    st.builds(
+        lambda bad, last: [MESSAGE, bad] if last else [bad, MESSAGE], BAD_MESSAGE, st.booleans()
+    ),
+)
+NOT_JSON = st.text(st.characters(exclude_characters="\r\n"), min_size=1, max_size=12).filter(
+    lambda text: text.strip() and not _json(text)
+)
+INVALID_UTF8 = st.sampled_from([b"\xff", b"\xc3", b"\xe2\x82", b"\xed\xa0\x80", b"\x80abc"])
+
+
+def _json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _line(row: dict[str, Any]) -> bytes:
+    return json.dumps(row).encode()
+
+
+@st.composite
+def bad_lines(
+    draw: st.DrawFn, good: dict[str, Any], fields: dict[str, st.SearchStrategy[Any]]
+) -> bytes:
+    """A line that is not a usable row: a field missing or of a bad value, another JSON value
+    than an object, not JSON, or not UTF-8."""
+    kind = draw(st.sampled_from(["field", "missing", "not an object", "not JSON", "not UTF-8"]))
+    name = draw(st.sampled_from(sorted(fields)))
+    if kind == "field":
+        return _line({**good, name: draw(fields[name])})
+    if kind == "missing":
+        return _line({k: v for k, v in good.items() if k != name})
+    if kind == "not an object":
+        return json.dumps(draw(JSON_VALUES.filter(lambda v: not isinstance(v, dict)))).encode()
+    if kind == "not JSON":
+        return draw(NOT_JSON).encode()
+    text = _line(good)
+    at = draw(st.integers(0, len(text)))
+    return text[:at] + draw(INVALID_UTF8) + text[at:]
+
+
+@st.composite
+def files_with_a_bad_line(
+    draw: st.DrawFn, good: dict[str, Any], fields: dict[str, st.SearchStrategy[Any]]
+) -> tuple[bytes, int]:
+    """Good rows (with extra fields of any JSON, and blank lines) around one bad line; the
+    bad line's number."""
+    extra = st.dictionaries(
+        st.text(max_size=5).filter(lambda k: k not in good), JSON_VALUES, max_size=2
+    )
+    lines = [_line({**draw(extra), **good}) for _ in range(draw(st.integers(0, 3)))]
+    lines += [b""] * draw(st.integers(0, 1))
+    at = draw(st.integers(0, len(lines)))
+    lines.insert(at, draw(bad_lines(good, fields)))
+    lines += [_line(good) for _ in range(draw(st.integers(0, 2)))]
+    return b"\n".join(lines) + b"\n", at + 1
+
+
+def calibrate_stderr(*options: str) -> tuple[int, str]:
+    """`relaygen calibrate` in this process against closed ports (a bad file fails before any
+    request): its exit status and standard error; an exception escapes as a traceback would."""
+    err = io.StringIO()
+    endpoints = ["--small-url", "http://127.0.0.1:9/v1", "--small-model", "s"]
+    endpoints += ["--large-model", "l", "--no-plot"]
+    with redirect_stderr(err), redirect_stdout(io.StringIO()):
+        status = main(["calibrate", *options, *endpoints])
+    return status, err.getvalue()
+
+
+@BAD_FILES
+@given(
+    files_with_a_bad_line(
+        {"prompt": "What is 2 + 2?", "reasoning": "Two and two make four."},
+        {"prompt": BAD_PROMPT, "reasoning": NOT_TEXT | BLANK},
+    )
+)
+def test_every_bad_line_of_a_trace_file_is_named_with_its_file_and_line(
+    case: tuple[bytes, int],
+) -> None:
+    content, line = case
+    with tempfile.TemporaryDirectory() as folder:
+        traces = Path(folder, "traces.jsonl")
+        traces.write_bytes(content)
+        status, error = calibrate_stderr("--traces", str(traces), "--out", folder)
+    assert status == 1, error
+    assert error.startswith(f"\nrelaygen: {traces}:{line}: "), error
+
+
+@BAD_FILES
+@given(files_with_a_bad_line({"problem": "What is 2 + 2?"}, {"problem": BAD_PROMPT}))
+def test_every_bad_line_of_a_problem_set_is_named_before_any_request(
+    case: tuple[bytes, int],
+) -> None:
+    content, line = case
+    with tempfile.TemporaryDirectory() as folder:
+        problems = Path(folder, "problems.jsonl")
+        problems.write_bytes(content)
+        status, error = calibrate_stderr(
+            "--problems", str(problems), "--large-url", "http://127.0.0.1:9/v1", "--out", folder
+        )
+    assert status == 1, error
+    assert f"relaygen: {problems}:{line}: " in error, error
+    assert "connect" not in error.lower()  # refused before any request
+
+
+@pytest.mark.parametrize("content", [b"", b"\n", b" \n\t\n"])
+@pytest.mark.parametrize("source", ["--traces", "--problems"])
+def test_an_empty_input_file_is_named(content: bytes, source: str, tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(content)
+    large = ["--large-url", "http://127.0.0.1:9/v1"] if source == "--problems" else []
+    status, error = calibrate_stderr(source, str(path), *large, "--out", str(tmp_path))
+    assert (status, error) == (1, f"\nrelaygen: {path}: holds no rows\n")
+
+
+@BAD_FILES
+@given(st.integers(1, 3), INVALID_UTF8 | NOT_JSON.map(str.encode), st.integers(0, 2))
+def test_a_resumed_trace_file_names_a_bad_line_that_is_not_its_last(
+    good: int, bad: bytes, after: int
+) -> None:
+    """A last line cut short by a crash is dropped; any other bad line is named."""
+    record = Trace(id="0/0", messages=[MESSAGE], reasoning="r").model_dump_json().encode()
+    with tempfile.TemporaryDirectory() as folder:
+        out = TraceFile(Path(folder, "traces.jsonl"))
+        out.path.write_bytes(b"\n".join([record] * good + [bad] + [record] * (after + 1)) + b"\n")
+        with pytest.raises(DatasetError, match=rf"traces\.jsonl:{good + 1}: not a trace record"):
+            out.read()
+        out.path.write_bytes(b"\n".join([record] * good + [bad]))
+        assert len(out.read()) == good

@@ -3,9 +3,13 @@ lines that say what the reader just saw."""
 
 from __future__ import annotations
 
+import io
+import json
+
 import pytest
 
 from relay_integrations.cli import main
+from relay_integrations.cli.generate import DEFAULT_PROMPT
 from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM, serving
 
 TRACE = (
@@ -74,3 +78,70 @@ def test_each_small_turn_is_told_by_how_it_ended(capsys: pytest.CaptureFixture[s
     )
     out = generate(trace, capsys, "--max-small-tokens", "8")
     assert 'after "Now" (twice), reaching its token cap once and finishing the sentence once' in out
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("stdin", "asked"),
+    [
+        (io.StringIO("What is 3 + 5?\n"), "What is 3 + 5?"),
+        (io.StringIO("  A question\non two lines.\n\n"), "A question\non two lines."),
+        (_Terminal("never read"), DEFAULT_PROMPT),  # a terminal: no silent wait for typing
+    ],
+    ids=["piped", "piped-two-lines", "terminal"],
+)
+def test_without_a_question_piped_standard_input_is_the_question(
+    stdin: io.StringIO,
+    asked: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr("sys.stdin", stdin)
+    large, small = ScriptedModel("large", TRACE), ScriptedModel("small", TRACE)
+    with serving(ScriptedVLLM(large, small)) as vllm:
+        status = main(
+            [
+                "generate",
+                *("--large-url", vllm.base_url, "--large-model", "large"),
+                *("--small-url", vllm.base_url, "--small-model", "small"),
+                *("--cues", '["Therefore,"]', "--json"),
+            ]
+        )
+    assert status == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["finish_reason"] == "stop"
+    assert asked in large.requests[0]["prompt"]
+    if asked != DEFAULT_PROMPT:
+        assert DEFAULT_PROMPT not in large.requests[0]["prompt"]
+
+
+def test_a_question_on_the_command_line_wins_over_standard_input(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("the piped one"))
+    out = generate(TRACE, capsys)
+    assert "question: What is 2 + 2?" in out
+
+
+@pytest.mark.parametrize("piped", ["", "\n \t\n"])
+def test_an_empty_piped_standard_input_is_an_error_that_says_so(
+    piped: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(piped))
+    large, small = ScriptedModel("large", TRACE), ScriptedModel("small", TRACE)
+    with serving(ScriptedVLLM(large, small)) as vllm:
+        status = main(
+            [
+                "generate",
+                *("--large-url", vllm.base_url, "--large-model", "large"),
+                *("--small-url", vllm.base_url, "--small-model", "small"),
+            ]
+        )
+    assert status == 2
+    error = capsys.readouterr().err
+    assert error.startswith("relaygen generate: standard input is empty: pipe a question in")
+    assert "or give it as an argument" in error
+    assert large.requests == []  # nothing asked

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from relay_integrations.cli import main
+from relay_integrations.cli import command_line, main
 from relay_integrations.cli.options import add_relay_options, relay_config
+from relay_integrations.relay.config import RelayConfig, SwitchPolicy
+from relay_integrations.server import ServerSettings
+from relay_integrations.upstream.config import SamplingConfig
 
 ENDPOINTS = ["--large-url", "http://a/v1", "--large-model", "l"]
 ENDPOINTS += ["--small-url", "http://b/v1", "--small-model", "s"]
@@ -91,3 +94,57 @@ def test_check_refuses_the_small_models_cap_it_would_not_use(
         main(["check", *ENDPOINTS, "--max-small-tokens", "40"])
     assert exit_.value.code == 2
     assert "unrecognized arguments: --max-small-tokens 40" in capsys.readouterr().err
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    (commands,) = [a for a in command_line()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(commands.choices)
+
+
+SUBCOMMANDS = _subcommands()
+OPTIONS = [
+    pytest.param(command, action, id=f"{command} {'/'.join(action.option_strings) or action.dest}")
+    for command, parser in SUBCOMMANDS.items()
+    for action in parser._actions
+    if not isinstance(action, argparse._HelpAction)
+]
+_FLAGS = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction)
+_CONFIGURED_BY: list[tuple[type[BaseModel], set[str]]] = [
+    (SamplingConfig, set(SamplingConfig.model_fields)),
+    (SwitchPolicy, {"max_small_tokens"}),
+    (RelayConfig, {"cues"}),
+]
+"""Options that are None on the command line because the configuration (or RELAY_*) holds
+their default."""
+
+
+def _default(command: str, action: argparse.Action) -> object:
+    """What applies when the option is not given: argparse's default, or the default of the
+    configuration field the option fills."""
+    if action.default is not None or isinstance(action, _FLAGS):
+        return None if isinstance(action, _FLAGS) else action.default
+    served: list[tuple[type[BaseModel], set[str]]] = [
+        (ServerSettings, set(ServerSettings.model_fields))
+    ]
+    for model, names in _CONFIGURED_BY + (served if command == "serve" else []):
+        if action.dest in names:
+            return model.model_fields[action.dest].get_default(call_default_factory=True)
+    return None
+
+
+def test_the_commands_are_all_checked() -> None:
+    assert set(SUBCOMMANDS) == {"generate", "calibrate", "serve", "bench", "check"}
+
+
+@pytest.mark.parametrize(("command", "action"), OPTIONS)
+def test_every_option_has_help_that_states_its_default(
+    command: str, action: argparse.Action
+) -> None:
+    parser = SUBCOMMANDS[command]
+    assert action.help and action.help != argparse.SUPPRESS, "no help text"
+    shown = parser._get_formatter()._expand_help(action)  # %(default)s filled, as --help does
+    default = _default(command, action)
+    if default is None or default == []:  # nothing to state: None, a flag, an empty list
+        return
+    said = {str(default), format(default, "g") if isinstance(default, float) else str(default)}
+    assert any(f"default: {text}" in shown for text in said), shown
