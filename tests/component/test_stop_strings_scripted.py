@@ -45,6 +45,7 @@ reasoning too: they cut the answer only."""
 ORDERS = {
     "decoys first": DECOYS + HITS,  # past 4, the stops that cut are the ones the server lacks
     "hits first": HITS + DECOYS,  # a stop the server has, and one past the cap that ends first
+    "one hit first": [HITS[2], *DECOYS, *HITS[:2], *HITS[3:]],  # past 4, the server's still cuts
 }
 CASES = [
     pytest.param(stops[:count], id=f"{order}-{count}")
