@@ -1,10 +1,12 @@
 """The relay as an OpenAI-compatible HTTP server (Starlette), over one shared switcher.
 
-Routes: ``POST /v1/chat/completions`` and ``POST /v1/responses`` (streamed or whole),
-``GET /v1/models``, ``GET /health`` and ``GET /readyz`` (200 while the large model's server
-answers: ``"degraded"`` without the small one), ``GET /livez`` (the process answers), ``GET
-/metrics`` (Prometheus). Clients choose the model name and the request, never the upstream
-servers. Run it with ``relaygen serve``, or build the app yourself (any ASGI server)::
+Routes: ``POST /v1/chat/completions`` and ``POST /v1/responses`` (streamed or whole; the
+routes of a stored response, ``GET /v1/responses/{id}`` and the like, answer 404 saying that
+none is stored), ``GET /v1/models``, ``GET /health`` and ``GET /readyz`` (200 while the large
+model's server answers: ``"degraded"`` without the small one), ``GET /livez`` (the process
+answers), ``GET /metrics`` (Prometheus). Clients choose the model name and the request, never
+the upstream servers. Run it with ``relaygen serve``, or build the app yourself (any ASGI
+server)::
 
     server = RelayServer(RelayConfig.from_env(), ServerSettings.from_env())
     app = server.app()  # uvicorn.run(app), hypercorn, ...
@@ -110,6 +112,9 @@ class RelayServer:
             routes=[
                 Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
                 Route("/v1/responses", self.responses, methods=["POST"]),
+                Route("/v1/responses/{id}", self.stored_response, methods=["GET", "DELETE"]),
+                Route("/v1/responses/{id}/input_items", self.stored_response, methods=["GET"]),
+                Route("/v1/responses/{id}/cancel", self.stored_response, methods=["POST"]),
                 Route("/v1/models", self.models, methods=["GET"]),
                 Route("/health", self.health, methods=["GET"]),
                 Route("/readyz", self.health, methods=["GET"]),
@@ -218,8 +223,21 @@ class RelayServer:
             body.model,
             body.echo(turn.sampling),
             parallel_tool_calls=turn.parallel_tool_calls,
+            summary=body.wants_summary,
         )
         return self._generation(turn, wire, body.stream)
+
+    async def stored_response(self, request: Request) -> Response:
+        """``GET`` or ``DELETE /v1/responses/{id}``, its ``input_items``, its ``cancel``: the
+        routes of a stored response, answered 404 with the reason (not "no route"), since
+        this server stores none."""
+        raise ApiError(
+            404,
+            f"no response {request.path_params['id']!r}: this server stores no responses "
+            "(store=true is refused), so none can be retrieved, listed, cancelled or deleted; "
+            "send the whole input each time, the earlier output items included",
+            code="not_found",
+        )
 
     def _generation(self, turn: ChatRequest, wire: Wire, stream: bool) -> GenerationResponse:
         return GenerationResponse(

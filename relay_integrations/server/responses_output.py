@@ -2,15 +2,20 @@
 object, or as its stream of semantic events.
 
 The output holds a ``reasoning`` item (the reasoning text, whole, in one ``reasoning_text``
-part: both models wrote it), a ``message`` item with the answer as ``output_text``, and a
-``function_call`` item per tool call. The relay's own figures ride along in an extra ``relay``
-field (as in chat completions); every text delta event's ``relay.model`` names the model that
-wrote it. A stream goes::
+part: both models wrote it; when the request asks for a summary, the same whole text is its
+one ``summary_text``, as nothing summarises it), a ``message`` item with the answer as
+``output_text``, and a ``function_call`` item per tool call. The relay's own figures ride
+along in an extra ``relay`` field (as in chat completions); every text delta event's
+``relay.model`` names the model that wrote it. A stream goes::
 
     response.created, response.in_progress
     response.output_item.added (reasoning), response.content_part.added,
         response.reasoning_text.delta ..., response.reasoning_text.done,
         response.content_part.done, response.output_item.done
+        (with a summary asked for: response.reasoning_summary_part.added after the content
+        part's, a response.reasoning_summary_text.delta after each reasoning_text.delta,
+        response.reasoning_summary_text.done and response.reasoning_summary_part.done
+        before the item's done)
     response.output_item.added (message), response.content_part.added,
         response.output_text.delta ..., response.output_text.done, ...
     response.output_item.added (function_call), response.function_call_arguments.delta,
@@ -19,7 +24,7 @@ wrote it. A stream goes::
 
 Events carry ``sequence_number``; the SSE ``event:`` line names each one's type::
 
-    wire = ResponsesWire(id="resp_...", model="large", echo=request.echo())
+    wire = ResponsesWire(id="resp_...", model="large", echo=request.echo(), summary=False)
     wire.opening()              # [b"event: response.created\\ndata: {...}\\n\\n", ...]
     wire.event(ContentDelta("Hi", "small"))
     wire.closing(chat_response)
@@ -80,6 +85,8 @@ class ResponsesWire:
     model: str
     echo: dict[str, Any]
     parallel_tool_calls: bool = True
+    summary: bool = False
+    """The request asked for a reasoning summary: the reasoning is sent as it too."""
     created_at: int = field(default_factory=lambda: int(time.time()))
     _sequence: int = 0
     _items: list[dict[str, Any]] = field(default_factory=list)
@@ -121,6 +128,15 @@ class ResponsesWire:
             if kind == "message":
                 fields["logprobs"] = []
             events.append(self._event(f"response.{name}.delta", **self._at(self._open), **fields))
+            if kind == "reasoning" and self.summary:
+                events.append(
+                    self._event(
+                        "response.reasoning_summary_text.delta",
+                        **self._in_summary(self._open),
+                        delta=event.text,
+                        relay={"model": event.model},
+                    )
+                )
             return events
         if isinstance(event, ToolCallDelta) and isinstance(event.call, ToolCall):
             if self._calls and not self.parallel_tool_calls:
@@ -170,6 +186,15 @@ class ResponsesWire:
         events.append(self._event("response.output_item.added", output_index=index, item=item))
         part = _part(kind, "")
         events.append(self._event("response.content_part.added", **self._at(opened), part=part))
+        if kind == "reasoning" and self.summary:
+            summary = _summary_text("")
+            events.append(
+                self._event(
+                    "response.reasoning_summary_part.added",
+                    **self._in_summary(opened),
+                    part=summary,
+                )
+            )
         return events
 
     def _close_open(self, status: Status = "completed") -> list[bytes]:
@@ -186,9 +211,19 @@ class ResponsesWire:
             done = self._event("response.output_text.done", **where, text=text, logprobs=[])
             item = self._message(opened.id, text, status)
         part = self._event("response.content_part.done", **where, part=_part(opened.kind, text))
+        events = [done, part]
+        if opened.kind == "reasoning" and self.summary:
+            at = self._in_summary(opened)
+            cut = {"status": "incomplete"} if status == "incomplete" else {}
+            events += [
+                self._event("response.reasoning_summary_text.done", **at, text=text),
+                self._event(
+                    "response.reasoning_summary_part.done", **at, part=_summary_text(text), **cut
+                ),
+            ]
         self._items.append(item)
         finished = self._event("response.output_item.done", output_index=opened.index, item=item)
-        return [done, part, finished]
+        return [*events, finished]
 
     def _call_events(self, call: ToolCall, model: ModelRole) -> list[bytes]:
         index = len(self._items)
@@ -260,16 +295,19 @@ class ResponsesWire:
     def _at(self, opened: _Open) -> dict[str, Any]:
         return {"item_id": opened.id, "output_index": opened.index, "content_index": 0}
 
+    def _in_summary(self, opened: _Open) -> dict[str, Any]:
+        return {"item_id": opened.id, "output_index": opened.index, "summary_index": 0}
+
     def _item_id(self, prefix: str, number: int) -> str:
         return f"{prefix}_{self.id.removeprefix('resp_')}_{number}"
 
-    @staticmethod
-    def _reasoning(item_id: str, text: str | None, status: Status) -> dict[str, Any]:
+    def _reasoning(self, item_id: str, text: str | None, status: Status) -> dict[str, Any]:
         content = [] if text is None else [_part("reasoning", text)]
+        summary = [_summary_text(text)] if self.summary and text is not None else []
         return {
             "type": "reasoning",
             "id": item_id,
-            "summary": [],
+            "summary": summary,
             "content": content,
             "status": status,
         }
@@ -289,6 +327,10 @@ def _part(kind: ItemKind, text: str) -> dict[str, Any]:
     if kind == "reasoning":
         return {"type": "reasoning_text", "text": text}
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _summary_text(text: str) -> dict[str, Any]:
+    return {"type": "summary_text", "text": text}
 
 
 def _function_call(item_id: str, call: ToolCall, status: Status) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from pydantic import (
     ValidationError,
 )
 
-from ..chat.exchange import ChatRequest, normalize_tool_choice
+from ..chat.exchange import ChatRequest, joined_text, normalize_tool_choice
 from ..chat.response_format import ResponseFormat
 from ..upstream.config import MODEL_SAMPLING_FIELDS, OptionalSampling, SamplingConfig
 from .errors import ApiError
@@ -57,8 +57,6 @@ RESPONSES_REFUSED: Mapping[str, str] = {
     "stream the response instead",
     "include": "the relay has no logprobs, encrypted reasoning or hosted-tool results to "
     "include; the reasoning comes whole in the reasoning item",
-    "reasoning": "the models' reasoning has no effort or summary setting here: it is written by "
-    "the two models and returned whole in a reasoning item; leave reasoning out",
     "top_logprobs": REFUSED["top_logprobs"],
     "truncation": "the relay does not drop input to fit the context window; a prompt over it "
     "is answered 400 context_length_exceeded: trim the input",
@@ -75,7 +73,6 @@ RESPONSES_OFF_VALUES: Mapping[str, tuple[Any, ...]] = {
     "store": (False,),
     "background": (False,),
     "include": ([],),
-    "reasoning": ({},),
     "top_logprobs": (0,),
     "truncation": ("disabled",),
 }
@@ -128,6 +125,19 @@ class _Text(BaseModel):
     )
 
 
+class _Reasoning(BaseModel):
+    """``reasoning``: a summary may be asked for (it is the whole reasoning: nothing summarises
+    it); the effort has no setting here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = Field(
+        default=None, description="The deprecated name of summary"
+    )
+    effort: str | None = None
+
+
 class _StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -151,6 +161,7 @@ class ResponsesRequest(OptionalSampling):
     parallel_tool_calls: StrictBool | None = None
     text: _Text | None = None
     metadata: dict[str, str] | None = None
+    reasoning: _Reasoning | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     _messages: list[dict[str, Any]] = PrivateAttr(default_factory=list)
     _answer_format: ResponseFormat | None = PrivateAttr(default=None)
@@ -184,6 +195,13 @@ class ResponsesRequest(OptionalSampling):
             )
         if self.tool_choice not in (None, "auto", "none") and not self.tools:
             raise ApiError(400, "tool_choice needs tools", param="tool_choice")
+        if self.reasoning is not None and self.reasoning.effort is not None:
+            raise ApiError(
+                400,
+                f"reasoning.effort: {REFUSED['reasoning_effort']}",
+                param="reasoning.effort",
+                code="unsupported_parameter",
+            )
         self._answer_format = answer_format(self.text.format if self.text else None, "text.format")
         self._messages = messages = self.messages()
         if len(messages) > limits.max_messages:
@@ -237,6 +255,12 @@ class ResponsesRequest(OptionalSampling):
         except (ValueError, KeyError) as invalid:
             raise ApiError(400, f"tool_choice: {invalid}", param="tool_choice") from None
 
+    @property
+    def wants_summary(self) -> bool:
+        """The request asks for a reasoning summary: the whole reasoning is sent as it."""
+        asked = self.reasoning
+        return asked is not None and (asked.summary or asked.generate_summary) is not None
+
     def echo(self, sampling: SamplingConfig) -> dict[str, Any]:
         """The request fields a response object repeats (`sampling`: what the relay used)."""
         choice = self.tool_choice
@@ -257,7 +281,7 @@ class ResponsesRequest(OptionalSampling):
             if isinstance(choice, _FunctionChoice)
             else choice or "auto",
             "tools": [tool.model_dump(exclude_none=True) for tool in self.tools or ()],
-            "reasoning": None,
+            "reasoning": self.reasoning.model_dump() if self.reasoning else None,
             "user": None,
         }
 
@@ -331,7 +355,7 @@ def _message(where: str, item: dict[str, Any]) -> dict[str, Any]:
         )
     content = item.get("content")
     if isinstance(content, list):
-        content = "".join(_part_text(f"{where}.content[{i}]", p) for i, p in enumerate(content))
+        content = joined_text(_part_text(f"{where}.content[{i}]", p) for i, p in enumerate(content))
     elif not isinstance(content, str):
         raise ApiError(
             400, f"{where}.content must be a string or a list of text parts", param=where
@@ -360,7 +384,7 @@ def _part_text(where: str, part: Any) -> str:
 def _output(where: str, item: dict[str, Any]) -> str:
     output = item.get("output")
     if isinstance(output, list):
-        return "".join(_part_text(f"{where}.output[{i}]", p) for i, p in enumerate(output))
+        return joined_text(_part_text(f"{where}.output[{i}]", p) for i, p in enumerate(output))
     if not isinstance(output, str):
         raise ApiError(
             400, f"{where}.output must be a string or a list of text parts", param=f"{where}.output"

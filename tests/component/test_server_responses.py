@@ -243,6 +243,136 @@ def test_an_upstream_failure_mid_stream_ends_with_response_failed(upstream: Scri
     assert failed["response"]["relay"]["partial"]["finish_reason"] == "error"
 
 
+# --- a reasoning summary: the whole reasoning, for the clients that read only summaries -----
+
+
+@pytest.mark.parametrize(
+    "reasoning",
+    [
+        {"summary": "auto"},
+        {"summary": "concise"},
+        {"summary": "detailed", "effort": None},
+        {"generate_summary": "auto"},  # the deprecated name
+    ],
+    ids=["auto", "concise", "detailed", "generate_summary"],
+)
+def test_a_summary_asked_for_streams_the_whole_reasoning_as_summary_events(
+    served: ServedRelay, reasoning: dict[str, Any]
+) -> None:
+    found = events(served, {"input": QUESTION, "reasoning": reasoning})  # SDK types checked
+    kinds = [e["type"] for e in found]
+    text = [e for e in found if e["type"] == "response.reasoning_text.delta"]
+    summary = [e for e in found if e["type"] == "response.reasoning_summary_text.delta"]
+    assert [e["delta"] for e in summary] == [e["delta"] for e in text]
+    assert [e["relay"]["model"] for e in summary] == [e["relay"]["model"] for e in text]
+    assert {e["summary_index"] for e in summary} == {0}
+    opened = kinds.index("response.reasoning_summary_part.added")
+    assert kinds[opened - 2 : opened] == [
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    closed = kinds.index("response.reasoning_summary_part.done")
+    assert kinds[closed - 3 : closed + 3] == [
+        "response.reasoning_text.done",
+        "response.content_part.done",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done",
+        "response.output_item.done",
+        "response.output_item.added",  # the message
+    ]
+    done = {e["type"]: e for e in found}
+    whole = done["response.reasoning_text.done"]["text"]
+    assert whole and done["response.reasoning_summary_text.done"]["text"] == whole
+    assert done["response.reasoning_summary_part.done"]["part"] == {
+        "type": "summary_text",
+        "text": whole,
+    }
+    final = done["response.completed"]["response"]
+    assert final["output"][0]["summary"] == [{"type": "summary_text", "text": whole}]
+    assert final["reasoning"]["summary"] == (reasoning.get("summary"))
+
+
+def test_a_whole_response_with_a_summary_asked_for_has_the_reasoning_as_summary(
+    client: openai.OpenAI,
+) -> None:
+    response = client.responses.create(
+        model="large", input=QUESTION, reasoning={"summary": "concise"}
+    )
+    reasoning = response.output[0]
+    assert reasoning.type == "reasoning" and reasoning.content
+    assert [(s.type, s.text) for s in reasoning.summary] == [
+        ("summary_text", reasoning.content[0].text)
+    ]
+    assert response.reasoning is not None and response.reasoning.summary == "concise"
+    assert response.output_text == ANSWER
+
+
+def test_without_a_summary_asked_for_no_summary_is_sent(
+    client: openai.OpenAI, served: ServedRelay
+) -> None:
+    asked: dict[str, Any]
+    for asked in ({}, {"reasoning": None}, {"reasoning": {}}, {"reasoning": {"summary": None}}):
+        found = events(served, {"input": QUESTION, **asked})
+        assert not [e for e in found if "summary" in e["type"]], asked
+        assert found[-1]["response"]["output"][0]["summary"] == []
+        whole = client.responses.create(model="large", input=QUESTION, **asked)
+        assert whole.output[0].type == "reasoning" and whole.output[0].summary == []
+
+
+def test_langchain_chat_openai_streams_the_reasoning_when_it_asks_for_a_summary(
+    client: openai.OpenAI, served: ServedRelay
+) -> None:
+    reasoning = client.responses.create(model="large", input=QUESTION).output[0]
+    assert reasoning.type == "reasoning" and reasoning.content
+    expected = reasoning.content[0].text
+    llm = ChatOpenAI(
+        model="large",
+        base_url=served.base_url,
+        api_key="x",
+        use_responses_api=True,
+        reasoning={"summary": "auto"},
+    )
+    chunks = list(llm.stream(QUESTION))
+    whole = chunks[0]
+    for chunk in chunks[1:]:
+        whole += chunk
+    assert whole.text == ANSWER
+    blocks = [b for b in whole.content if isinstance(b, dict) and b["type"] == "reasoning"]
+    (block,) = blocks
+    assert "".join(s["text"] for s in block["summary"]) == expected
+    (standard,) = [b for b in whole.content_blocks if b["type"] == "reasoning"]
+    assert standard.get("reasoning") == expected
+    invoked = llm.invoke(QUESTION)
+    (block,) = [b for b in invoked.content if isinstance(b, dict) and b["type"] == "reasoning"]
+    assert [s["text"] for s in block["summary"]] == [expected]
+
+
+# --- the routes of a stored response: a 404 that says none is stored ------------------------
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda client: client.responses.retrieve("resp_x"),
+        lambda client: client.responses.delete("resp_x"),
+        lambda client: client.responses.input_items.list("resp_x"),
+        lambda client: client.responses.cancel("resp_x"),
+    ],
+    ids=["retrieve", "delete", "input_items", "cancel"],
+)
+def test_a_stored_response_is_not_found_because_none_is_stored(
+    client: openai.OpenAI, call: Any
+) -> None:
+    with pytest.raises(openai.NotFoundError) as missing:
+        call(client)
+    error = missing.value.body
+    assert isinstance(error, dict)
+    assert error["message"].startswith("no response 'resp_x': this server stores no responses")
+    assert "store=true is refused" in error["message"]
+    assert "send the whole input each time" in error["message"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", "not_found")
+
+
 # --- the OpenAI Agents SDK, its default model -----------------------------------------------
 
 
@@ -325,7 +455,6 @@ REFUSED_VALUES: dict[str, Any] = {
     "conversation": "conv_1",
     "background": True,
     "include": ["reasoning.encrypted_content"],
-    "reasoning": {"effort": "high"},
     "top_logprobs": 3,
     "truncation": "auto",
     "max_tool_calls": 2,
@@ -381,6 +510,12 @@ def test_every_refused_field_is_a_400_naming_it_and_its_off_value_passes(
             "needs a schema object",
         ),
         ({"input": QUESTION, "max_output_tokens": 0}, "max_output_tokens", ""),
+        (
+            {"input": QUESTION, "reasoning": {"effort": "high"}},
+            "reasoning.effort",
+            "the relay always reasons",
+        ),
+        ({"input": QUESTION, "reasoning": {"summary": "long"}}, "reasoning.summary", ""),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field(
