@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from ..relay.config import RelayEnvironmentWarning
 from ..upstream.errors import RelayError
 from . import bench, calibrate, check, generate, serve
 from .options import CommandError
@@ -32,6 +35,12 @@ def command_line() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = command_line().parse_args(argv)
+    with warnings.catch_warnings():  # restores the warning display on the way out
+        warnings.showwarning = _one_line_for_the_environment(warnings.showwarning)
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         code: int = args.run(args)
     except CommandError as exc:
@@ -43,3 +52,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return code
+
+
+def _one_line_for_the_environment(show: Callable[..., None]) -> Callable[..., None]:
+    """A warning about a RELAY_* variable as one line, ``relaygen: RELAY_X ...``: where in
+    the library it was raised would tell a user of the command line nothing."""
+
+    def shown(message: Warning | str, category: type[Warning], *where: Any, **kw: Any) -> None:
+        if issubclass(category, RelayEnvironmentWarning):
+            print(f"relaygen: {message}", file=sys.stderr)
+        else:
+            show(message, category, *where, **kw)
+
+    return shown

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 
 import pytest
 from pydantic import BaseModel, ValidationError
@@ -148,3 +149,18 @@ def test_every_option_has_help_that_states_its_default(
         return
     said = {str(default), format(default, "g") if isinstance(default, float) else str(default)}
     assert any(f"default: {text}" in shown for text in said), shown
+
+
+def test_an_unknown_variable_is_warned_about_in_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RELAY_TEMPERATURE", "0.2")
+    monkeypatch.delenv("RELAY_SMALL__MODEL", raising=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert main(["check", "--large-url", "http://a/v1", "--large-model", "l"]) == 2
+    first, *_ = capsys.readouterr().err.splitlines()
+    assert first == (
+        "relaygen: RELAY_TEMPERATURE is not a variable of the relay's configuration, and is "
+        "ignored; did you mean RELAY_SAMPLING__TEMPERATURE?"
+    )
