@@ -206,18 +206,27 @@ def test_an_unknown_variable_meant_for_the_relay_is_warned_about_with_the_close_
     assert config.sampling.temperature == 0.6  # ignored, as the warning says
 
 
+_READ = [
+    re.compile(r"""(?:environ(?:\.get)?\s*[(\[]|getenv\()\s*["'](RELAY_[A-Z0-9_]*[A-Z0-9])"""),
+    re.compile(r"\$\{?(RELAY_[A-Z0-9_]*[A-Z0-9])"),  # the shell's $RELAY_X, ${RELAY_X:-...}
+    re.compile(r"^\s*(?:export\s+|local\s+)?(RELAY_[A-Z0-9_]*[A-Z0-9])=", re.M),
+]
+
+
 def _foreign_variables() -> list[str]:
-    """The RELAY_* variables the project's scripts, tests and benchmarks use for themselves."""
+    """The RELAY_* variables the project uses for itself: every one its scripts and benchmarks
+    name, and those its tests read or export (a test may name a misspelt one on purpose)."""
     root = Path(__file__).parents[2]
     names: set[str] = set()
-    for folder in ("scripts", "tests", "benchmarks", ".ci"):
+    for folder in ("scripts", "benchmarks", ".ci", "tests"):
         for path in (root / folder).rglob("*"):
-            if path.suffix not in ("", ".py", ".sh", ".md", ".toml", ".yml"):
+            if path.suffix not in ("", ".py", ".sh") or not path.is_file():
                 continue
-            if path.is_file() and path != Path(__file__):  # this file names misspelt ones
-                names |= set(
-                    re.findall(r"\bRELAY_[A-Z0-9_]*[A-Z0-9]", path.read_text(errors="replace"))
-                )
+            text = path.read_text(errors="replace")
+            if folder == "tests":
+                names.update(name for pattern in _READ for name in pattern.findall(text))
+            else:
+                names.update(re.findall(r"\bRELAY_[A-Z0-9_]*[A-Z0-9]", text))
     config = {field.upper() for field in RelayConfig.model_fields}
     return sorted(n for n in names if n[len("RELAY_") :].split("__")[0] not in config)
 
@@ -226,8 +235,9 @@ FOREIGN = _foreign_variables()
 
 
 def test_the_projects_own_variables_are_found() -> None:
-    assert {"RELAY_TEST_QWEN_LARGE_URL", "RELAY_REQUIRE_VLLM", "RELAY_VLLM_VENV"} <= set(FOREIGN)
-    assert "RELAY_SERVER_PORT" in FOREIGN and "RELAY_API_KEY" in FOREIGN
+    own = {"RELAY_TEST_QWEN_LARGE_URL", "RELAY_REQUIRE_VLLM", "RELAY_VLLM_VENV", "RELAY_FUZZ_SCALE"}
+    assert own <= set(FOREIGN)
+    assert "RELAY_SERVER_API_KEYS" in FOREIGN and "RELAY_API_KEY" in FOREIGN
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS)
