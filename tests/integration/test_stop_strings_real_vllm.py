@@ -142,9 +142,9 @@ def relay_answer(
         if not stream:
             choice = client.chat.completions.create(**fields).choices[0]
             return choice.message.content or "", choice.finish_reason
-        chunks = [c for c in client.chat.completions.create(**fields, stream=True) if c.choices]
-        text = "".join(c.choices[0].delta.content or "" for c in chunks)
-        return text, chunks[-1].choices[0].finish_reason
+        events = [c for c in client.chat.completions.create(**fields, stream=True) if c.choices]
+        text = "".join(c.choices[0].delta.content or "" for c in events)
+        return text, events[-1].choices[0].finish_reason
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
