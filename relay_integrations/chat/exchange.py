@@ -18,7 +18,7 @@ become reasoning deltas, answer text and tool calls (parsed from the Qwen3/Herme
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, overload
 
@@ -323,6 +323,16 @@ def check_text_messages(messages: Sequence[Message]) -> None:
                     "models read text only (both are text models), so send text parts only "
                     "(describe an image in words, or extract a file's text first)"
                 )
+
+
+def joined_text(parts: Iterable[str]) -> str:
+    """A message's text parts as one string, as vLLM's chat endpoint joins them before the
+    chat template (with a newline), so that a chat given in parts is the prompt the model's
+    own endpoint would render::
+
+        joined_text(["Describe the Louvre ", "in a few words."])  # 'Describe the Louvre \nin ...'
+    """
+    return "\n".join(parts)
 
 
 def tool_name(tool: Mapping[str, Any]) -> str:

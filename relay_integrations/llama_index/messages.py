@@ -48,6 +48,8 @@ def _message(message: ChatMessage) -> dict[str, Any]:
             f"RelayLLM serves text models; a message holds {sorted(unsupported)} blocks"
         )
     role = _ROLES.get(message.role, "user")
+    # joined as ChatMessage.content joins them (and OpenAILike sends them), not as vLLM
+    # joins a list of text parts
     text = "".join(b.text for b in message.blocks if isinstance(b, TextBlock))
     out: dict[str, Any] = {"role": role, "content": text}
     calls = [_openai_call(b) for b in message.blocks if isinstance(b, ToolCallBlock)]

@@ -59,6 +59,6 @@ class VisibleText:
 
     def _new(self, start: int, phase: Phase) -> Releaser:
         if phase == "answer":
-            return Releaser(start, keep_end=True)
+            return Releaser(start, keep_end=True, keep_lead=self.mode is PromptReasoning.CLOSED)
         opener = self.markers.start if self.mode is PromptReasoning.MODEL_OPENS else None
         return Releaser(start, opener=opener, closer=self.markers.end)

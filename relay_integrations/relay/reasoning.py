@@ -31,11 +31,13 @@ class PromptReasoning(Enum):
 
 def split_reasoning(text: str, markers: ReasoningMarkers, mode: PromptReasoning) -> tuple[str, str]:
     """(reasoning, answer) of a finished generation, without the markers. The reasoning is
-    stripped; the answer loses its leading whitespace (the blank line a template puts after
-    the end of reasoning) and keeps its end as the model or a stop string left it: vLLM's
-    text, a trailing space before a stop included."""
+    stripped; after a reasoning the answer loses its leading whitespace (the blank line a
+    template puts after the end of reasoning), and it keeps its end as the model or a stop
+    string left it: vLLM's text, a trailing space before a stop included. A prompt that
+    closed the reasoning itself (thinking off) already holds that blank line: the whole
+    text is the answer, as the model's own chat endpoint gives it."""
     if mode is PromptReasoning.CLOSED:
-        return "", text.lstrip()
+        return "", text
     body = text.lstrip()
     if mode is PromptReasoning.MODEL_OPENS:
         if not body.startswith(markers.start):
@@ -49,7 +51,8 @@ class Releaser:
     """Releases the visible text of one phase from a transcript that grows at its end.
 
     ``opener`` is skipped if the phase starts with it; ``closer`` ends the phase and is never
-    released. Leading whitespace of the phase is never released, and trailing whitespace is
+    released. Leading whitespace of the phase is not released unless ``keep_lead`` (an answer
+    that a prompt began: nothing came before it to trim), and trailing whitespace is
     held back until more text comes (a hand-off may trim it); at the phase's end (``final``)
     it is released if ``keep_end`` (the answer, whose streamed text adds up to
     :func:`split_reasoning`'s answer) and dropped otherwise (the reasoning, stripped). A
@@ -63,12 +66,13 @@ class Releaser:
         closer: str | None = None,
         *,
         keep_end: bool = False,
+        keep_lead: bool = False,
     ) -> None:
         self.pos = start
         self.opener = opener
         self.closer = closer
         self.keep_end = keep_end
-        self.started = False
+        self.started = keep_lead
 
     def release(self, transcript: str, final: bool = False) -> str:
         self.pos = min(self.pos, len(transcript))

@@ -31,7 +31,7 @@ from pydantic import (
     field_validator,
 )
 
-from ..chat.exchange import ChatRequest, normalize_tool_choice
+from ..chat.exchange import ChatRequest, joined_text, normalize_tool_choice
 from ..chat.habits import REFUSED_FIELDS
 from ..chat.response_format import ResponseFormat, response_format_of
 from ..upstream.config import MODEL_SAMPLING_FIELDS, OptionalSampling, SamplingConfig
@@ -419,14 +419,15 @@ def _check_tool_calls(where: str, calls: Any) -> None:
 
 
 def relay_message(message: dict[str, Any]) -> dict[str, Any]:
-    """A checked message as the chat template takes it: text parts joined, reasoning dropped.
+    """A checked message as the chat template takes it: text parts joined as vLLM joins them,
+    reasoning dropped.
 
     Earlier turns' reasoning is left out, as the Qwen3 and DeepSeek-R1 templates do; a
     ``developer`` message is a ``system`` one for open models.
     """
     content = message.get("content")
     if isinstance(content, list):
-        content = "".join(part["text"] for part in content)
+        content = joined_text(part["text"] for part in content)
     converted = {
         key: value
         for key, value in message.items()

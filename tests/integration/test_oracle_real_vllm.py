@@ -1,0 +1,537 @@
+"""The differential oracle on real vLLM: a relay whose two roles are one model and whose
+reasoning is closed is the model's own chat endpoint, so ``RelayChatModel`` answers as
+``ChatOpenAI``, ``RelayLLM`` as LlamaIndex's ``OpenAILike`` and ``relaygen serve`` as vLLM's
+``/v1/chat/completions``, on the same server, over the generated matrix of
+:mod:`tests.integration.oracle` (stop lists of 0-8 on a server that takes 1,024 and on a stock
+one that takes 4, max_tokens from 1, message shapes, tools, response formats, seeds, streamed
+and not). What differs on purpose is listed once, in :data:`~tests.integration.oracle.ON_PURPOSE`.
+
+Then the same with the reasoning on, forced to a text in which the cues fire (the models
+switch at each), both roles on one model: the answer the model writes after that reasoning is
+the one its own endpoint writes after the same reasoning, given as the start of its turn
+(``continue_final_message``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from functools import cache
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, convert_to_messages
+from langchain_openai import ChatOpenAI
+from llama_index.core.base.llms.types import ChatMessage, TextBlock
+from llama_index.core.tools import FunctionTool
+from llama_index.llms.openai_like import OpenAILike
+
+from relay_integrations.langchain import RelayChatModel
+from relay_integrations.llama_index import RelayLLM
+from relay_integrations.relay import SwitchPolicy
+from relay_integrations.relay.config import Phase
+from relay_integrations.server import RelayServer, ServerSettings
+from relay_integrations.testing import forcing
+from relay_integrations.upstream.config import ModelRole
+from tests.fakes.relay_http import ServedRelay, relay_http
+
+from .conftest import Server
+from .oracle import MAX_STOPS, NO_THINKING, SHAPES, WEATHER_TOOL, WORDS, Case, matrix, stop_list
+
+pytestmark = pytest.mark.vllm
+
+MATRIX = list(matrix())
+LLAMA_MATRIX = [c for c in MATRIX if c.format in ("none", "words") and c.tools == "none"]
+"""LlamaIndex asks for JSON through structured_predict (tested elsewhere), not a format; its
+tools are sent differently on purpose (ON_PURPOSE["llama_index tools"]): the relay's tools
+meet the reference in the LangChain and relaygen serve matrices."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def matrix_size(request: pytest.FixtureRequest) -> None:
+    """The matrix's size, printed once in the run's output (whatever pytest captures)."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(
+            f"oracle matrix: {len(MATRIX)} cases for RelayChatModel and relaygen serve, "
+            f"{len(LLAMA_MATRIX)} for RelayLLM (streamed and whole, stops 0-{MAX_STOPS}, "
+            f"tuned and stock servers)"
+        )
+
+
+@dataclass(frozen=True)
+class Target:
+    """A server and the names the relay's two roles use on it (one model under both)."""
+
+    url: str
+    large: str
+    small: str
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The relay's server for each kind of case, and where its reference answer comes from."""
+
+    tuned: Target
+    stock: Target
+    stock_uncapped: Target  # the stock server's model on a server that takes 1,024 stops
+
+    def relay(self, case: Case) -> Target:
+        return self.tuned if case.server == "tuned" else self.stock
+
+    def reference(self, case: Case) -> Target:
+        """The relay's own server, but for more stops than a stock server takes: ChatOpenAI
+        gets a 400 there, so the same model on a server that takes them answers instead."""
+        if case.server == "stock" and case.stops > STOCK_STOPS:
+            return self.stock_uncapped
+        return self.relay(case)
+
+
+STOCK_STOPS = 4
+"""The stop strings a stock vLLM takes in a request."""
+
+
+@pytest.fixture(scope="module")
+def targets(qwen_large: Server, qwen_small: Server, stock: Server) -> Targets:
+    return Targets(
+        tuned=Target(qwen_large.url, qwen_large.large_model, qwen_large.large_model),
+        stock=Target(stock.url, stock.large_model, stock.small_model),
+        stock_uncapped=Target(qwen_small.url, qwen_small.small_model, qwen_small.small_model),
+    )
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a surface answered, in the terms every surface has."""
+
+    text: str
+    finish_reason: str | None
+    usage: tuple[int, int, int] | None  # prompt, completion, total
+    tool_calls: tuple[tuple[str, str], ...]  # name, arguments as JSON
+    parsed: Any = None
+    error: str | None = None  # what the call raised, as ERRORS names it
+
+
+ERRORS = {
+    "LengthFinishReasonError": "cut JSON",  # ChatOpenAI, a JSON schema answer cut by length
+    "OutputParserException": "cut JSON",  # the relay, the same (ON_PURPOSE["cut JSON"])
+}
+
+
+def _raised(error: Exception) -> Answer:
+    name = type(error).__name__
+    if name not in ERRORS:
+        raise error
+    return Answer("", None, None, (), error=ERRORS[name])
+
+
+# -- LangChain: RelayChatModel against ChatOpenAI ------------------------------------------
+
+
+def _langchain_messages(case: Case) -> list[BaseMessage]:
+    return convert_to_messages(SHAPES[case.shape])
+
+
+def _bound(model: Any, case: Case) -> Any:
+    if case.tools != "none":
+        model = model.bind_tools([WEATHER_TOOL], tool_choice=case.tool_choice())
+    if (answer_format := case.response_format()) is not None:
+        model = model.bind(response_format=answer_format)
+    return model
+
+
+def _langchain_answer(model: Any, case: Case, stops: list[str]) -> Answer:
+    messages = _langchain_messages(case)
+    bound = _bound(model, case)
+    kwargs = {"stop": stops} if stops else {}
+    try:
+        if case.stream:
+            chunks = list(bound.stream(messages, **kwargs))
+            message: AIMessage | AIMessageChunk = chunks[0]
+            for chunk in chunks[1:]:
+                message = message + chunk
+        else:
+            message = bound.invoke(messages, **kwargs)
+    except Exception as error:
+        return _raised(error)
+    usage = message.usage_metadata
+    return Answer(
+        text=message.text,
+        finish_reason=message.response_metadata.get("finish_reason"),
+        usage=None
+        if usage is None
+        else (usage["input_tokens"], usage["output_tokens"], usage["total_tokens"]),
+        tool_calls=tuple(
+            (call["name"], json.dumps(call["args"], sort_keys=True)) for call in message.tool_calls
+        ),
+        parsed=message.additional_kwargs.get("parsed"),
+    )
+
+
+def chat_openai(target: Target, case: Case) -> ChatOpenAI:
+    return ChatOpenAI(
+        base_url=target.url,
+        model=target.small,
+        api_key=lambda: "unused",
+        temperature=case.temperature,
+        seed=case.seed,
+        max_tokens=case.max_tokens,
+        extra_body=case.extra_body(),
+        stream_usage=True,
+        max_retries=0,
+    )
+
+
+def relay_chat_model(target: Target, case: Case) -> RelayChatModel:
+    return RelayChatModel(
+        large_url=target.url,
+        large_model=target.large,
+        small_url=target.url,
+        small_model=target.small,
+        cues=["Therefore,", "Now"],
+        temperature=case.temperature,
+        top_p=1.0,  # the server's defaults, which ChatOpenAI leaves in place (ON_PURPOSE)
+        top_k=None,
+        seed=case.seed,
+        max_tokens=case.max_tokens,
+        chat_template_kwargs=NO_THINKING,
+        request_hook=_words_hook if case.format == "words" else None,
+        max_retries=0,
+    )
+
+
+def _words_hook(role: ModelRole, phase: Phase, transcript: str) -> dict[str, Any]:
+    """The words grammar on the answer's request (the relay refuses structured_outputs in
+    extra_body: a user constrains an answer with response_format)."""
+    return {"structured_outputs": {"regex": WORDS}} if phase == "answer" else {}
+
+
+@cache
+def _unstopped_text(target: Target, case: Case) -> str:
+    return _langchain_answer(chat_openai(target, case), case, []).text
+
+
+def _compared(expected: Answer, got: Answer, case: Case) -> None:
+    """`got` is `expected`; but for a forced tool call (ON_PURPOSE["named tool_choice"]),
+    which the relay must answer with one valid call to the tool whatever vLLM's endpoint
+    made of it (a random model constrained by its grammar may write whitespace until the
+    token limit there)."""
+    if case.tools == "named":
+        assert got.error is None and got.text == ""
+        [(name, arguments)] = got.tool_calls
+        assert name == "get_weather" and isinstance(json.loads(arguments)["city"], str)
+        assert got.finish_reason == "tool_calls"
+        return
+    assert got == expected
+
+
+@pytest.mark.parametrize("case", MATRIX, ids=lambda case: case.id)
+def test_relay_chat_model_answers_as_chat_openai(targets: Targets, case: Case) -> None:
+    reference = targets.reference(case)
+    stops = stop_list(case, _unstopped_text(reference, case.unstopped()))
+    expected = _langchain_answer(chat_openai(reference, case), case, stops)
+    with relay_chat_model(targets.relay(case), case) as relay:
+        got = _langchain_answer(relay, case, stops)
+    _compared(expected, got, case)
+
+
+# -- relaygen serve against vLLM's /v1/chat/completions ------------------------------------
+
+
+def _openai_answer(
+    client: openai.OpenAI, model: str, case: Case, stops: list[str], *, relay: bool
+) -> Answer:
+    """An OpenAI chat completion's answer; the words grammar goes in the body to vLLM, and is
+    the relay server's request hook (`relay`)."""
+    fields: dict[str, Any] = {
+        "model": model,
+        "messages": SHAPES[case.shape],
+        "max_tokens": case.max_tokens,
+        "temperature": case.temperature,
+        "extra_body": {"chat_template_kwargs": NO_THINKING} if relay else case.extra_body(),
+    }
+    fields |= {"seed": case.seed} if case.seed is not None else {}
+    fields |= {"stop": stops} if stops else {}
+    if case.tools != "none":
+        fields |= {"tools": [WEATHER_TOOL], "tool_choice": case.tool_choice()}
+    if (answer_format := case.response_format()) is not None:
+        fields["response_format"] = answer_format
+    if not case.stream:
+        completion = client.chat.completions.create(**fields)
+        choice, usage = completion.choices[0], completion.usage
+        calls = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []]
+        return Answer(
+            text=choice.message.content or "",
+            finish_reason=choice.finish_reason,
+            usage=None
+            if usage is None
+            else (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
+            tool_calls=tuple((name, _normal_json(arguments)) for name, arguments in calls),
+        )
+    text, finish, totals = "", None, None
+    calls_so_far: dict[int, list[str]] = {}
+    for chunk in client.chat.completions.create(
+        **fields, stream=True, stream_options={"include_usage": True}
+    ):
+        if chunk.usage is not None:
+            totals = (
+                chunk.usage.prompt_tokens,
+                chunk.usage.completion_tokens,
+                chunk.usage.total_tokens,
+            )
+        for choice in chunk.choices:
+            text += choice.delta.content or ""
+            finish = choice.finish_reason or finish
+            for call in choice.delta.tool_calls or []:
+                name, arguments = calls_so_far.setdefault(call.index, ["", ""])
+                function = call.function
+                calls_so_far[call.index] = [
+                    name + ((function and function.name) or ""),
+                    arguments + ((function and function.arguments) or ""),
+                ]
+    return Answer(
+        text=text,
+        finish_reason=finish,
+        usage=totals,
+        tool_calls=tuple((n, _normal_json(a)) for n, a in calls_so_far.values()),
+    )
+
+
+def _normal_json(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True)
+    except ValueError:
+        return arguments
+
+
+@pytest.fixture(scope="module")
+def served(targets: Targets) -> Iterator[dict[tuple[str, bool], ServedRelay]]:
+    """``relaygen serve`` over each server, with and without the words grammar."""
+    with contextlib.ExitStack() as stack:
+        relays = {}
+        for server in ("tuned", "stock"):
+            for words in (False, True):
+                case = Case(server=server, shape="user", stops=0, max_tokens=1)
+                config = relay_chat_model(targets.relay(case), case).relay_config()
+                hook = _words_hook if words else None
+                settings = ServerSettings(max_stop_strings=MAX_STOPS)  # over a stock vLLM too
+                relays[server, words] = stack.enter_context(
+                    relay_http(RelayServer(config, settings, request_hook=hook))
+                )
+        yield relays
+
+
+@pytest.mark.parametrize("case", MATRIX, ids=lambda case: case.id)
+def test_relaygen_serve_answers_as_vllm_chat_completions(
+    targets: Targets, served: dict[tuple[str, bool], ServedRelay], case: Case
+) -> None:
+    reference = targets.reference(case)
+    stops = stop_list(case, _unstopped_text(reference, case.unstopped()))
+    with openai.OpenAI(base_url=reference.url, api_key="unused", max_retries=0) as vllm:
+        expected = _openai_answer(vllm, reference.small, case, stops, relay=False)
+    relay = served[case.server, case.format == "words"]
+    with openai.OpenAI(base_url=relay.base_url, api_key="unused", max_retries=0) as client:
+        got = _openai_answer(client, targets.relay(case).large, case, stops, relay=True)
+    _compared(expected, got, case)
+
+
+# -- LlamaIndex: RelayLLM against OpenAILike -----------------------------------------------
+
+
+def _llama_messages(case: Case) -> list[ChatMessage]:
+    messages = []
+    for message in SHAPES[case.shape]:
+        extra = {k: message[k] for k in ("name", "tool_calls", "tool_call_id") if k in message}
+        content = message["content"]
+        blocks = (
+            [TextBlock(text=block["text"]) for block in content]
+            if isinstance(content, list)
+            else [TextBlock(text=content)]
+        )
+        messages.append(ChatMessage(role=message["role"], blocks=blocks, additional_kwargs=extra))
+    return messages
+
+
+def _llama_answer(llm: Any, case: Case, stops: list[str]) -> Answer:
+    messages = _llama_messages(case)
+    kwargs: dict[str, Any] = {"stop": stops} if stops else {}
+    tools = [FunctionTool.from_defaults(fn=get_weather)] if case.tools != "none" else []
+    if case.stream:
+        stream = (
+            llm.stream_chat_with_tools(
+                tools, chat_history=messages, tool_required=case.tools == "named", **kwargs
+            )
+            if tools
+            else llm.stream_chat(messages, **kwargs)
+        )
+        *_, response = list(stream)
+    elif tools:
+        response = llm.chat_with_tools(
+            tools, chat_history=messages, tool_required=case.tools == "named", **kwargs
+        )
+    else:
+        response = llm.chat(messages, **kwargs)
+    calls = llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)
+    counts = response.additional_kwargs
+    return Answer(
+        text=response.message.content or "",
+        finish_reason=_llama_finish_reason(response),
+        usage=(counts["prompt_tokens"], counts["completion_tokens"], counts["total_tokens"])
+        if "total_tokens" in counts
+        else None,
+        tool_calls=tuple(
+            (call.tool_name, json.dumps(call.tool_kwargs, sort_keys=True)) for call in calls
+        ),
+    )
+
+
+def _llama_finish_reason(response: Any) -> str | None:
+    """OpenAILike's raw is the ChatCompletion (or its last chunk); the relay's is a dict, and
+    it puts the finish reason beside the token counts (ON_PURPOSE["llama_index raw"])."""
+    if "finish_reason" in response.additional_kwargs:
+        return str(response.additional_kwargs["finish_reason"])
+    choices = getattr(response.raw, "choices", None) or []
+    return str(choices[0].finish_reason) if choices else None
+
+
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return "sunny"
+
+
+def openai_like(target: Target, case: Case) -> OpenAILike:
+    return OpenAILike(
+        model=target.small,
+        api_base=target.url,
+        api_key="unused",
+        is_chat_model=True,
+        is_function_calling_model=True,
+        context_window=4096,
+        temperature=case.temperature,
+        max_tokens=case.max_tokens,
+        max_retries=0,
+        additional_kwargs={"extra_body": case.extra_body()}
+        | ({"seed": case.seed} if case.seed is not None else {}),
+    )
+
+
+def relay_llm(target: Target, case: Case) -> RelayLLM:
+    fields = relay_chat_model(target, case).model_dump(
+        include={
+            "large_url",
+            "large_model",
+            "small_url",
+            "small_model",
+            "cues",
+            "temperature",
+            "top_p",
+            "top_k",
+            "seed",
+            "max_tokens",
+            "chat_template_kwargs",
+            "max_retries",
+        }
+    )
+    return RelayLLM(**fields, request_hook=_words_hook if case.format == "words" else None)
+
+
+@pytest.mark.parametrize("case", LLAMA_MATRIX, ids=lambda case: case.id)
+def test_relay_llm_answers_as_openai_like(targets: Targets, case: Case) -> None:
+    reference = targets.reference(case)
+    stops = stop_list(case, _unstopped_text(reference, case.unstopped()))
+    expected = _llama_answer(openai_like(reference, case), case, stops)
+    with relay_llm(targets.relay(case), case) as relay:
+        got = _llama_answer(relay, case, stops)
+    if case.stream and expected.usage is None:  # ON_PURPOSE["llama_index stream usage"]
+        got = replace(got, usage=None)
+    _compared(expected, got, case)
+
+
+# -- the reasoning on: cues fire, both roles one model -------------------------------------
+
+REASONING = (
+    "Let me think about the question. Therefore, the answer needs one fact. "
+    "Now I recall the fact and check it once more. Therefore, I can answer."
+)
+"""Forced reasoning in which the cues fire three times: the small model writes three sentences."""
+
+QUESTIONS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    SHAPES["system"],
+    SHAPES["history"],
+]
+
+
+AFTER_REASONING = "\n\n" + WORDS
+"""The answer's grammar: the blank line a model writes after ``</think>``, then words."""
+
+
+def _reasoning_then_words(role: ModelRole, phase: Phase, transcript: str) -> Mapping[str, Any]:
+    """The reasoning forced; the answer is the model's own, in the words grammar (the relay
+    hands the answer over at ``</think>``: the answer's writer writes the blank line)."""
+    if phase == "answer":
+        return {"structured_outputs": {"regex": AFTER_REASONING}}
+    return forcing(f"<think>\n{REASONING}\n</think>", answer=False)(role, phase, transcript)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("messages", QUESTIONS, ids=["user", "system", "history"])
+def test_after_switches_the_answer_is_the_one_the_model_writes_after_that_reasoning(
+    targets: Targets, messages: list[dict[str, Any]], stream: bool
+) -> None:
+    """The relay's answer after a reasoning in which the models switched three times is the
+    answer the model writes after the same reasoning in one request (the chat as vLLM renders
+    it, then the reasoning, as one prompt): the hand-offs between requests (each a new
+    prompt, as text) cost no token. (Not the chat endpoint with ``continue_final_message``:
+    transformers strips the final message there, so its prompt would end without the blank
+    line after ``</think>``.)"""
+    target = targets.tuned
+    chat_prompt = httpx.post(
+        f"{target.url.removesuffix('/v1')}/tokenize",
+        json={"model": target.small, "messages": messages, "add_generation_prompt": True},
+    ).json()["tokens"]
+    rendered = httpx.post(
+        f"{target.url.removesuffix('/v1')}/detokenize",
+        json={"model": target.small, "tokens": chat_prompt},
+    ).json()["prompt"]
+    with openai.OpenAI(base_url=target.url, api_key="unused", max_retries=0) as vllm:
+        reference = vllm.completions.create(
+            model=target.small,
+            prompt=f"{rendered}<think>\n{REASONING}\n</think>",
+            temperature=0,
+            max_tokens=200,
+            extra_body={"structured_outputs": {"regex": AFTER_REASONING}},
+        )
+    expected = reference.choices[0].text.lstrip()  # the relay's answer starts at its first word
+    relay = RelayChatModel(
+        large_url=target.url,
+        large_model=target.large,
+        small_url=target.url,
+        small_model=target.small,
+        cues=["Therefore,", "Now"],
+        policy=SwitchPolicy(cooldown_tokens=0),
+        temperature=0,
+        top_k=None,
+        top_p=1.0,
+        max_tokens=600,
+        request_hook=_reasoning_then_words,
+        max_retries=0,
+    )
+    with relay:
+        chat = convert_to_messages(messages)
+        if stream:
+            chunks = list(relay.stream(chat))
+            message: Any = chunks[0]
+            for chunk in chunks[1:]:
+                message = message + chunk
+        else:
+            message = relay.invoke(chat)
+    summary = message.response_metadata["relay"]
+    assert summary["switches"] == 3, summary
+    assert message.additional_kwargs["reasoning_content"] == REASONING
+    assert message.content == expected
+    assert message.response_metadata["finish_reason"] == reference.choices[0].finish_reason
