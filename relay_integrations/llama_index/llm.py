@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -46,6 +47,7 @@ from ..chat.exchange import (
 from ..chat.exchange import ChatResponse as RelayResponse
 from ..chat.settings import RelaySettings
 from ..chat.tool_calls import PartialCalls, PartialToolCall, ToolCall
+from ..relay.sync import loop_running_here
 from ..upstream.errors import RelayError
 from . import messages as convert
 
@@ -115,9 +117,26 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
 
     @property
     def metadata(self) -> LLMMetadata:
-        """The server's context window; ``num_output`` is the token budget, capped at half the
-        window, so that prompt helpers leave room for retrieved context (the relay clips a
-        generation to the window anyway)."""
+        """The context window and the output budget: ``num_output`` is ``max_tokens`` capped
+        at half the window, so that prompt helpers leave room for retrieved context (the relay
+        clips a generation to the window anyway).
+
+        The window is ``context_window`` if set; else the large model's ``max_model_len`` as
+        its server reports it, learned by the first request of any model of the same
+        endpoints (sync or async). Before that:
+
+        - read from sync code that runs no event loop (a script building a query engine), it
+          is asked for now: the wait holds up only the caller, which is about to wait for a
+          generation anyway, and prompts are packed by the real window from the first query;
+        - read inside a running event loop (LlamaIndex reads ``metadata`` synchronously in
+          agents' async steps), it is LlamaIndex's ``DEFAULT_CONTEXT_WINDOW`` (3900, what
+          ``OpenAILike`` gives unless told) until a request has learned the real one: a
+          blocking call there would stall every task of the loop, and could never end if the
+          loop itself serves the answer (a scripted server in a test).
+
+        So a window read early may differ between sync and async code: set ``context_window``
+        for the same metadata everywhere from the first read.
+        """
         window = self._window()
         return LLMMetadata(
             context_window=window,
@@ -128,22 +147,24 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
         )
 
     def _window(self) -> int:
-        """The configured window, else the large model's ``max_model_len`` (asked once per
-        large endpoint)."""
+        """The window as :attr:`metadata` says, asked for only where no event loop runs."""
         if self.context_window is not None:
             return self.context_window
         client = self._client
         if client.served_window is None:
+            if loop_running_here():
+                _assumed_window(client.config.large.base_url, "no request has learned it yet")
+                return DEFAULT_WINDOW
             try:
                 client.run(client.context_window())
             except RelayError as exc:
-                logger.warning("context window unknown (%s); assuming %d", exc, DEFAULT_WINDOW)
+                _assumed_window(client.config.large.base_url, str(exc))
                 return DEFAULT_WINDOW
         return client.served_window or DEFAULT_WINDOW
 
     async def _learn_window(self) -> None:
-        """Ask the server for its window on the async path, so that ``metadata`` read later
-        from inside an event loop does not have to block it."""
+        """Ask the server for its window before a request (once per endpoint and loop), so
+        that ``metadata`` read later, even inside an event loop, gives the real one."""
         if self.context_window is None and self._client.served_window is None:
             await self._client.context_window()
 
@@ -171,13 +192,14 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
         return self._stream_chat(messages, **kwargs)
 
     async def _achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        await self._learn_window()
-        response = await self._client.respond(self._request(messages, kwargs))
-        return convert.chat_response(response, self.model_name)
+        return await self._respond(self._request(messages, kwargs))
 
     def _chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        response = self._client.run(self._client.respond(self._request(messages, kwargs)))
-        return convert.chat_response(response, self.model_name)
+        return self._client.run(self._respond(self._request(messages, kwargs)))
+
+    async def _respond(self, request: ChatRequest) -> ChatResponse:
+        await self._learn_window()
+        return convert.chat_response(await self._client.respond(request), self.model_name)
 
     async def _astream_chat(
         self, messages: Sequence[ChatMessage], **kwargs: Any
@@ -186,6 +208,7 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
         return self._stream(self._request(messages, kwargs))
 
     def _stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        self._client.run(self._learn_window())
         return self._client.iterate(self._stream(self._request(messages, kwargs)))
 
     async def _stream(self, request: ChatRequest) -> AsyncGenerator[ChatResponse, None]:
@@ -353,6 +376,18 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
             tool_choice=tool_choice if tools else None,
             parallel_tool_calls=call.pop("parallel_tool_calls", True),
         )
+
+
+@functools.cache
+def _assumed_window(url: str, reason: str) -> None:
+    """Say once per server and reason that ``metadata`` gives LlamaIndex's default window."""
+    logger.warning(
+        "context window of %s unknown (%s): assuming LlamaIndex's default, %d tokens; set "
+        "RelayLLM(context_window=...) to give it",
+        url,
+        reason,
+        DEFAULT_WINDOW,
+    )
 
 
 def _openai_tool(tool: BaseTool) -> dict[str, Any]:

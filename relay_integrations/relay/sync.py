@@ -13,6 +13,13 @@ thousand models cost one thread, not a thousand::
 
 Leaving :meth:`iterate` early (``break``, an exception) closes the async generator on its
 loop, which cancels its upstream requests.
+
+A sync call waits, and so does the thread that makes it: made from a coroutine (a thread whose
+event loop is running), it stalls that loop until the answer, as any blocking call would. For a
+user's own sync call that is the user's choice (LangChain runs sync callbacks on the loop too);
+the relay's own code never blocks a running loop: what it would have to ask a server for from
+there, it takes from what it knows (:func:`loop_running_here` says when). A sync call made on
+the background loop's own thread could only wait for itself, forever: it raises instead.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ class BackgroundLoop:
     def __init__(self, name: str = "relay-sync") -> None:
         self._name = name
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
     @property
@@ -43,21 +51,31 @@ class BackgroundLoop:
                 loop = asyncio.new_event_loop()
                 thread = threading.Thread(target=loop.run_forever, name=self._name, daemon=True)
                 thread.start()
-                self._loop = loop
+                self._loop, self._thread = loop, thread
             return self._loop
+
+    def runs(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether `loop` is this background loop (without starting it)."""
+        return self._loop is loop
 
     def _forget(self) -> None:
         """In a forked child the thread is gone: start a new one on next use."""
-        self._loop = None
+        self._loop = self._thread = None
         self._lock = threading.Lock()
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run `coroutine` on the background loop and wait for its result."""
+        """Run `coroutine` on the background loop and wait for its result (from any thread
+        but the loop's own: see the module)."""
+        if self._thread is threading.current_thread():
+            coroutine.close()
+            raise self._waits_for_itself()
         future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
         return _wait(future)
 
     def iterate(self, stream: AsyncIterator[T]) -> Generator[T, None, None]:
         """Iterate an async iterator from sync code, one item at a time."""
+        if self._thread is threading.current_thread():
+            raise self._waits_for_itself()
         try:
             while True:
                 try:
@@ -69,6 +87,13 @@ class BackgroundLoop:
             if aclose is not None:
                 self.run(aclose())
 
+    def _waits_for_itself(self) -> RuntimeError:
+        return RuntimeError(
+            f"a sync relay call was made on the {self._name!r} thread, from a coroutine "
+            "running on the relay's own background loop: it would wait for itself forever. "
+            "Await the async method (ainvoke, achat, ...) there instead."
+        )
+
 
 _SHARED = BackgroundLoop()
 os.register_at_fork(after_in_child=_SHARED._forget)
@@ -77,6 +102,16 @@ os.register_at_fork(after_in_child=_SHARED._forget)
 def shared_loop() -> BackgroundLoop:
     """The process's one background loop, shared by every relay model."""
     return _SHARED
+
+
+def loop_running_here() -> bool:
+    """Whether the calling thread is running an event loop: a blocking call made now (I/O,
+    waiting for another thread) would stall it."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 async def _next(stream: AsyncIterator[T]) -> T:

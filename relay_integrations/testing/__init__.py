@@ -21,6 +21,8 @@ project's own tests and benchmarks use, public for an application's tests too.
   where the text is cut, what a stream holds back), in plain Python.
 - :mod:`.gpu_speed`: a scripted model at a GPU's pace, from measured step times (continuous
   batching, prefill of uncached prompt tokens), and a virtual clock for ideal timings.
+- :mod:`.loop_monitor`: which callback held an event loop's thread too long, and where
+  (``with LoopMonitor() as monitor: ...; monitor.check()``).
 """
 
 from .forcing import forced, forcing, hooked, regex_literal

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import ssl
 import typing
 import urllib.parse
@@ -98,12 +99,12 @@ class HttpClient:
             total=None, connect=config.connect_timeout, sock_read=config.read_timeout
         )
         self._session: aiohttp.ClientSession | None = None
-        # made once: aiohttp pools connections by it, and a context is costly to make; it
-        # also checks an https:// proxy
-        self._tls = _tls(config)
         self._proxy = config.proxy
         if self._proxy is None and config.trust_env and config.session_factory is None:
             self._proxy = environment_proxy(config.base_url)
+        # TLS to the server or to an https:// proxy: its context is made with the first
+        # session that needs one (:func:`_tls`)
+        self._speaks_tls = parts.scheme == "https" or (self._proxy or "").startswith("https:")
 
     async def request(
         self,
@@ -119,8 +120,9 @@ class HttpClient:
         response when done."""
         url = self.origin + path
         sent = _Sent(method, url)
+        session = await self._session_now()  # a TLS setting that cannot be honoured raises here
         try:
-            response = await self._send(method, url, body, headers)
+            response = await self._send(session, method, url, body, headers)
         except (TimeoutError, aiohttp.ClientError, OSError) as failed:
             error, cause = _sdk_error(failed, sent.sdk(), self.config)
             raise error from cause
@@ -141,9 +143,13 @@ class HttpClient:
             await self._session.close()
 
     async def _send(
-        self, method: str, url: str, body: Any, headers: Mapping[str, str] | None
+        self,
+        session: aiohttp.ClientSession,
+        method: str,
+        url: str,
+        body: Any,
+        headers: Mapping[str, str] | None,
     ) -> aiohttp.ClientResponse:
-        session = self._session_now()
         options: dict[str, Any] = {
             "data": None if body is None else json.dumps(body, ensure_ascii=False).encode(),
             "headers": {**self._headers, **headers} if headers else self._headers,
@@ -162,13 +168,12 @@ class HttpClient:
             # repeated once as aiohttp repeats an idempotent request
             return await session.request(method, url, **options)
 
-    def _session_now(self) -> aiohttp.ClientSession:
+    async def _session_now(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             factory = self.config.session_factory
-            if factory is not None:
-                self._session = factory()
-            else:
-                self._session = _session(self._tls, self._timeout)
+            tls = await _tls(self.config) if factory is None and self._speaks_tls else True
+            if self._session is None or self._session.closed:  # none made while tls was
+                self._session = factory() if factory is not None else _session(tls, self._timeout)
         return self._session
 
 
@@ -332,13 +337,34 @@ def _default_headers(config: EndpointConfig) -> dict[str, str]:
     return {**headers, **config.extra_headers}
 
 
-def _tls(config: EndpointConfig) -> ssl.SSLContext | bool:
+_TLS_CONTEXTS: dict[tuple[Any, ...], ssl.SSLContext] = {}
+"""TLS contexts by what they are made of; one of each per process: aiohttp pools connections
+by their context, and making one reads and parses every certificate of the system's store
+(tens of milliseconds of CPU)."""
+
+
+async def _tls(config: EndpointConfig) -> ssl.SSLContext | bool:
+    """The TLS of ``https://`` requests (:func:`_tls_context`), made on a worker thread the
+    first time, so that the event loop is not held while the certificates are parsed."""
+    if config.verify is False and config.cert is None:
+        return False
+    made_of = (
+        config.verify,
+        config.cert,
+        os.environ.get("SSL_CERT_FILE"),
+        os.environ.get("SSL_CERT_DIR"),
+    )
+    context = _TLS_CONTEXTS.get(made_of)
+    if context is None:
+        context = _TLS_CONTEXTS.setdefault(made_of, await asyncio.to_thread(_tls_context, config))
+    return context
+
+
+def _tls_context(config: EndpointConfig) -> ssl.SSLContext:
     """The TLS of ``https://`` requests: the system's certificates (``SSL_CERT_FILE`` and
     ``SSL_CERT_DIR`` too), or ``verify``'s CA bundle, or none checked (``verify=False``);
     ``cert`` as the client certificate."""
     if config.verify is False:
-        if config.cert is None:
-            return False
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE

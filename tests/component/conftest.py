@@ -13,6 +13,7 @@ import pytest
 
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
 from tests.fakes.capable_model import capable_server
+from tests.fakes.loop_stalls import loop_monitor, no_loop_stalls  # noqa: F401  (autouse)
 
 
 @pytest.fixture(scope="module")

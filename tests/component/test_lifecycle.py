@@ -145,6 +145,7 @@ def test_close_and_the_context_manager_close_the_connections(
     assert settle(idle, threading.active_count())[0] <= idle
 
 
+@pytest.mark.blocks_loop  # the sync call inside waits on the loop's thread, on purpose
 @pytest.mark.parametrize("adapter", [RelayChatModel, RelayLLM])
 async def test_aclose_and_async_with_close_the_connections(
     server: ScriptedVLLM, adapter: type[RelaySettings]

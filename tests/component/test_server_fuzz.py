@@ -447,6 +447,9 @@ ARRAY_AT: dict[str, Callable[[int], Any]] = {
 }
 
 
+# arrays up to the limit make prompts of 20,000 messages, which the scripted server tokenizes
+# on its own loop for tens of milliseconds: the fake's cost, not the relay's
+@pytest.mark.blocks_loop
 @fuzz_settings("oversized arrays")
 @given(
     kind=st.sampled_from(sorted(ARRAY_AT)),

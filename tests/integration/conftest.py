@@ -20,6 +20,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from tests.fakes.loop_stalls import loop_monitor, no_loop_stalls  # noqa: F401  (autouse)
+
 pytestmark = pytest.mark.vllm
 
 

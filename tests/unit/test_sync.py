@@ -48,3 +48,22 @@ def test_errors_reach_the_caller() -> None:
 
     with pytest.raises(ValueError, match="boom"):
         BackgroundLoop().run(fails())
+
+
+@pytest.mark.timeout(20)  # before the guard, this waited for itself forever
+def test_a_sync_call_on_the_background_loop_s_own_thread_raises_instead_of_waiting_forever() -> (
+    None
+):
+    loop = BackgroundLoop()
+
+    async def calls_back_in() -> int:
+        return loop.run(asyncio.sleep(0, result=1))
+
+    async def iterates_in() -> list[int]:
+        return list(loop.iterate(numbers([])))
+
+    with pytest.raises(RuntimeError, match="wait for itself forever"):
+        loop.run(calls_back_in())
+    with pytest.raises(RuntimeError, match="wait for itself forever"):
+        loop.run(iterates_in())
+    assert loop.run(asyncio.sleep(0, result=2)) == 2  # the loop still serves other callers

@@ -1,0 +1,364 @@
+"""Event-loop stalls: which callback kept a loop's thread, for how long, and where it was.
+
+An asyncio loop runs one callback at a time (a task's step, a ``call_soon`` callback); while
+one runs, every other task of the loop waits. A callback that blocks (``time.sleep``, a sync
+HTTP request, ``future.result()``, a lock) or computes for long without an ``await`` stalls the
+loop: timeouts do not fire, streams stop, a server in the same loop cannot answer. The monitor
+watches every event loop of the process, in any thread, whoever made it (``asyncio.run``,
+pytest-asyncio, ``run_until_complete`` in sync code, a library's own background loop)::
+
+    from relay_integrations.testing.loop_monitor import LoopMonitor
+
+    with LoopMonitor(threshold=0.05) as monitor:
+        asyncio.run(main())
+    monitor.check()        # raises LoopStalled naming each stall's callback and stack
+    monitor.stalls         # or read them: Stall(thread, seconds, callback, where)
+
+How it works: a thread of its own samples the stack of every thread every ``interval`` seconds
+(``sys._current_frames()``). A thread whose stack holds asyncio's ``Handle._run`` is running a
+loop's callback, the innermost such frame being the callback now running; a loop waiting for
+I/O is in its selector's poll, outside any callback, and is never counted. The same
+``Handle._run`` frame seen in successive samples is one callback still running, and each
+interval between two samples adds what the callback's thread did with it:
+
+- blocked in a system call (``time.sleep``, a socket's ``connect`` or ``recv``): the whole
+  interval, but the time the thread then waited for a CPU;
+- waiting on a lock from ``threading``, ``queue`` or ``concurrent.futures`` (as
+  ``Future.result()`` does): the whole interval, but the longest time any thread of the
+  process waited for a CPU in it (the thread that would release the lock may be one of them);
+- anything else (running Python or C code, or waiting for the GIL): the CPU time the thread
+  used (Linux's ``/proc/self/task/<tid>/schedstat``; ``/proc/.../syscall`` says which call).
+
+Garbage collection is left out too: the collector runs in whichever thread's allocation set it
+off, and its pause (hundreds of milliseconds over a large heap) is the process's, not that
+callback's (``gc.callbacks`` time it).
+
+So a busy machine does not make stalls: on two shared cores a thread can wait tens of
+milliseconds for a CPU (or for a new thread to start), or for the GIL that another thread of
+the process holds (a scripted server on its own thread), inside any callback, however short;
+none of it counts. A callback that
+sleeps 200 ms counts 200 ms however loaded the machine is; one that computes for 60 ms counts
+its 60 ms of CPU. A loop that is busy but yields (many short callbacks) shows a new callback at
+every sample and never stalls. The count starts at the first sample that sees the callback, so
+it is a lower bound (a monitor kept off the CPU for most of a stall can miss it). Where
+``/proc`` is missing (not Linux), the wall time counts, and a loaded machine can then report
+stalls that are its own.
+
+A stall is reported with the stack where the callback was the last time it was seen past the
+threshold: the line that blocks (``time.sleep(0.2)`` in the coroutine that called it, the
+``future.result()`` a sync bridge waits on). ``held`` keeps the time of every callback seen in
+two samples or more, to measure what a workload's callbacks cost on a given machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import itertools
+import os
+import platform
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Self
+
+_CALLBACK_CODE = asyncio.events.Handle._run.__code__
+"""The code of the frame every loop callback runs in (tasks' steps included)."""
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A callback that held its event loop's thread past the threshold."""
+
+    thread: str
+    """The name of the loop's thread."""
+    seconds: float
+    """How long it held the thread, time spent waiting for a CPU left out (at least)."""
+    callback: str
+    """The callback (asyncio's ``Handle``: a task's step names its coroutine)."""
+    where: str
+    """The callback's stack the last time it was seen, outermost first."""
+
+    def __str__(self) -> str:
+        return (
+            f"the event loop of thread {self.thread!r} was held {self.seconds * 1e3:.0f} ms by "
+            f"one callback, {self.callback}:\n{self.where}"
+        )
+
+
+class LoopStalled(AssertionError):
+    """Raised by :meth:`LoopMonitor.check`: a loop's callback held its thread too long."""
+
+    def __init__(self, stalls: list[Stall]) -> None:
+        self.stalls = stalls
+        super().__init__("\n\n".join(str(s) for s in stalls))
+
+
+@dataclass
+class _Running:
+    """The callback a loop thread was last seen running, and what its thread had used of the
+    CPU (on it, waiting for it) at the last sample."""
+
+    frame: FrameType
+    key: int
+    cpu: float
+    waited: float
+    collected: float
+    held: float = 0.0
+    seen: int = 1
+
+
+class LoopMonitor:
+    """Watches every event loop of the process for callbacks that hold their thread longer
+    than `threshold` seconds, sampling every `interval` seconds (see the module)."""
+
+    def __init__(self, threshold: float = 0.05, interval: float = 0.005) -> None:
+        if not 0 < interval < threshold:
+            raise ValueError(
+                f"interval={interval} must be positive and below threshold={threshold}"
+            )
+        self.threshold = threshold
+        self.interval = interval
+        self.held: list[float] = []
+        """Seconds each callback held its thread, for every callback seen in two samples or
+        more (waiting for a CPU left out)."""
+        self._stalls: dict[int, Stall] = {}  # by callback: one report each, at its longest
+        self._running: dict[int, _Running] = {}
+        self._keys = itertools.count()
+        self._collecting: dict[int, float] = {}  # thread -> when its collection started
+        self._collected: dict[int, float] = {}  # thread -> seconds spent collecting garbage
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def stalls(self) -> list[Stall]:
+        """The stalls seen so far (each callback once, at its longest)."""
+        with self._lock:
+            return list(self._stalls.values())
+
+    def take(self) -> list[Stall]:
+        """The stalls seen so far, forgotten here (a callback still running past the
+        threshold is reported again, at its end or at the next take, if it grows)."""
+        with self._lock:
+            taken, self._stalls = self._stalls, {}
+        return list(taken.values())
+
+    def check(self) -> None:
+        """Raise :class:`LoopStalled` for the stalls seen so far (then forgotten)."""
+        stalls = self.take()
+        if stalls:
+            raise LoopStalled(stalls)
+
+    def start(self) -> Self:
+        if self._thread is None:
+            gc.callbacks.append(self._garbage_collected)
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._watch, name="loop-monitor", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stop.set()
+            thread.join()
+            gc.callbacks.remove(self._garbage_collected)
+        with self._lock:
+            for running in self._running.values():
+                self._ended(running)
+            self._running.clear()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- sampling ---------------------------------------------------------------------------
+
+    def _garbage_collected(self, phase: str, info: dict[str, int]) -> None:
+        """Time the garbage collector takes, per thread: it runs in whichever thread's
+        allocation set it off, and its pause is the process's, not that callback's."""
+        ident, now = threading.get_ident(), time.monotonic()
+        if phase == "start":
+            self._collecting[ident] = now
+        elif (started := self._collecting.pop(ident, None)) is not None:
+            self._collected[ident] = self._collected.get(ident, 0.0) + now - started
+
+    def _collecting_time(self, ident: int, now: float) -> float:
+        started = self._collecting.get(ident)
+        return self._collected.get(ident, 0.0) + (now - started if started is not None else 0.0)
+
+    def _watch(self) -> None:
+        me = threading.get_ident()
+        last, queued = time.monotonic(), _queued()
+        while not self._stop.wait(self.interval):
+            now, queued_now = time.monotonic(), _queued()
+            step, last = now - last, now
+            # the longest any thread of the process waited for a CPU in this step
+            crowded = max(
+                (queued_now[t] - queued.get(t, queued_now[t]) for t in queued_now), default=0.0
+            )
+            queued = queued_now
+            frames = sys._current_frames()
+            threads = {t.ident: t for t in threading.enumerate()}
+            with self._lock:
+                for ident in list(self._running):
+                    if ident not in frames:  # the thread ended
+                        self._ended(self._running.pop(ident))
+                for ident, innermost in frames.items():
+                    if ident != me:
+                        self._sample(ident, innermost, threads.get(ident), step, crowded)
+            del frames  # frames hold their threads' locals: keep none past the sample
+
+    def _sample(
+        self,
+        ident: int,
+        innermost: FrameType,
+        thread: threading.Thread | None,
+        step: float,
+        crowded: float,
+    ) -> None:
+        callback = _callback_frame(innermost)
+        running = self._running.get(ident)
+        if running is not None and running.frame is not callback:
+            self._ended(self._running.pop(ident))
+            running = None
+        if callback is None:
+            return
+        native = thread.native_id if thread is not None else None
+        cpu, waited = _schedstat(native)
+        collected = self._collecting_time(ident, time.monotonic())
+        if running is None:
+            self._running[ident] = _Running(callback, next(self._keys), cpu, waited, collected)
+            return
+        running.seen += 1
+        waits = _Waits(waited - running.waited, crowded)
+        held = _held(native, innermost, step, cpu - running.cpu, waits)
+        running.held += max(0.0, held - (collected - running.collected))
+        running.cpu, running.waited, running.collected = cpu, waited, collected
+        if running.held > self.threshold:
+            name = thread.name if thread is not None else str(ident)
+            where = _stack(innermost, callback)
+            self._stalls[running.key] = Stall(name, running.held, _describe(callback), where)
+
+    def _ended(self, running: _Running) -> None:
+        if running.seen > 1:
+            self.held.append(running.held)
+
+
+def _callback_frame(innermost: FrameType) -> FrameType | None:
+    """The frame of the innermost loop callback on this stack, if the thread runs one."""
+    frame: FrameType | None = innermost
+    while frame is not None:
+        if frame.f_code is _CALLBACK_CODE:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _describe(callback: FrameType) -> str:
+    """The callback: its task (which names the coroutine), or the handle."""
+    handle = callback.f_locals.get("self")
+    owner = getattr(getattr(handle, "_callback", None), "__self__", None)
+    if isinstance(owner, asyncio.Task):  # a task's step or wake-up
+        return repr(owner)
+    return repr(handle) if handle is not None else "a callback"
+
+
+def _stack(innermost: FrameType, callback: FrameType) -> str:
+    """The stack from the callback's own code to the innermost frame."""
+    inside: list[tuple[FrameType, int]] = []
+    frame: FrameType | None = innermost
+    while frame is not None and frame is not callback:
+        inside.append((frame, frame.f_lineno))
+        frame = frame.f_back
+    return "".join(traceback.StackSummary.extract(reversed(inside)).format())
+
+
+@dataclass(frozen=True)
+class _Waits:
+    """Seconds of one step that threads spent waiting for a CPU: the callback's own thread,
+    and the longest of any thread of the process."""
+
+    own: float
+    longest: float
+
+
+def _held(
+    native: int | None, innermost: FrameType, step: float, cpu: float, waits: _Waits
+) -> float:
+    """How much of the last `step` seconds a thread in a callback held its loop: the CPU it
+    used, or, blocked in a call, all of the step but its wait for a CPU (and, blocked on a
+    lock, the wait for a CPU of the thread that would release it: any of the process's);
+    never the time it waited for the GIL, which other threads of the process held."""
+    call = _syscall(native)
+    if call is None:  # no /proc: wall time
+        return step
+    if call == "running":  # on a CPU, or waiting for one
+        return cpu
+    if call == _FUTEX:
+        if not innermost.f_code.co_filename.endswith(_WAITS):
+            return cpu  # the GIL: a lock waited for outside the threading module's waits
+        return max(cpu, step - waits.longest)
+    return max(cpu, step - waits.own)
+
+
+_FUTEX = {"x86_64": "202", "aarch64": "98", "arm64": "98"}.get(platform.machine())
+_WAITS = (
+    f"{os.sep}threading.py",
+    f"{os.sep}queue.py",
+    f"futures{os.sep}_base.py",
+    f"multiprocessing{os.sep}synchronize.py",
+)
+"""Where a thread waits on a lock on purpose (``Condition.wait``, ``Thread.join``,
+``Future.result``, ``Queue.get``): a futex wait there blocks; elsewhere it is the GIL's."""
+
+
+def _syscall(native: int | None) -> str | None:
+    """The system call `native` (a thread's id) is blocked in, or ``"running"``."""
+    if native is None:
+        return None
+    try:
+        return Path(f"/proc/self/task/{native}/syscall").read_text().split(maxsplit=1)[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _queued() -> dict[str, float]:
+    """Seconds each thread of the process has waited for a CPU (empty without /proc)."""
+    queued = {}
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return {}
+    for task in tasks:
+        try:
+            queued[task] = (
+                int(Path(f"/proc/self/task/{task}/schedstat").read_text().split()[1]) / 1e9
+            )
+        except (OSError, IndexError):  # ended since it was listed
+            continue
+    return queued
+
+
+def _schedstat(native: int | None) -> tuple[float, float]:
+    """Seconds thread `native` has spent on a CPU, and runnable but waiting for one (Linux's
+    schedstat; zeros where it cannot say)."""
+    if native is None:
+        return 0.0, 0.0
+    try:
+        fields = Path(f"/proc/self/task/{native}/schedstat").read_text().split()
+    except OSError:
+        return 0.0, 0.0
+    return int(fields[0]) / 1e9, int(fields[1]) / 1e9
