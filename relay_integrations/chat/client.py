@@ -15,8 +15,9 @@ closed by hand). So the connections of a caller's loop live only while the loop 
 relay: the call that leaves it idle (a turn, a stream, a token count that ends) closes them
 before it returns, and the next call opens new ones. A generation's many requests (a switch is a
 request) still share their connections; what is given up is reuse across calls that do not
-overlap, a TCP connect per server and call (about 0.1 ms on a local network; a TLS handshake
-over https), against seconds of generation. The process's background loop, which runs every
+overlap: a new connection per server and call (measured: a call to two scripted servers on
+loopback took 10.4 ms instead of 9.3, median of 40; over https a TLS handshake too), against
+seconds of a real generation. The process's background loop, which runs every
 sync call, is the relay's own and never ends: its connections stay open for the next call, as
 long as the servers keep them (``KEEPALIVE_SECONDS``).
 

@@ -152,6 +152,24 @@ async def test_a_langchain_agent_streams_against_a_server_in_its_own_loop(
     assert any(getattr(m, "tool_calls", None) for m in states[-1]["messages"])
 
 
+async def test_a_trimmer_counting_tokens_with_the_model_in_an_async_chain_stalls_nothing(
+    loop_monitor: LoopMonitor,
+) -> None:
+    """``get_num_tokens_from_messages`` asks the server (``/tokenize``) and waits: a sync call.
+    LangChain runs a sync step of an async chain (``trim_messages``' runnable) on a worker
+    thread, where waiting holds up no loop; called directly inside a coroutine it would hold
+    the caller's loop for the round trip (the caller's choice, as any sync call there)."""
+    from langchain_core.messages import trim_messages
+
+    async with capable_server() as server:
+        llm = RelayChatModel(**relay_fields(server.base_url))
+        trimmer = trim_messages(max_tokens=200, strategy="last", token_counter=llm)
+        chain = trimmer | llm
+        reply = await within_deadline(chain.ainvoke([("user", "What is 2 + 2?")]), loop_monitor)
+        await llm.aclose()
+    assert "4" in reply.text
+
+
 # -- RelayLLM.metadata: configured, learned, or LlamaIndex's default; never asked in a loop --
 
 
