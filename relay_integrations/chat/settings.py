@@ -31,6 +31,15 @@ was built, however it was changed, sends its new values::
 
 Models whose client would be the same (endpoints, cues, policy) share it, and so its
 connections (:mod:`._shared_clients`).
+
+Secrets never show, however they were given (``api_key``, ``default_headers``, a proxy's
+password, a model's own ``large={"api_key": ...}``, the environment): a model's repr (and so
+LangChain's ``dumpd``, which tracers receive) hides them, and a dump (``model_dump``,
+LlamaIndex's ``to_dict``/``to_json``) leaves them out, so that a dump loaded again takes them
+from the environment, as LangChain's serialized secrets do; errors never echo a value::
+
+    RelayChatModel(..., large={"api_key": "sk-..."})
+    # RelayChatModel(..., large={'api_key': SecretStr('**********')}, ...)
 """
 
 from __future__ import annotations
@@ -44,10 +53,12 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    FieldSerializationInfo,
     ModelWrapValidatorHandler,
     PrivateAttr,
     SecretStr,
     ValidationError,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -58,6 +69,8 @@ from ..relay.cues import CueSet
 from ..upstream.config import (
     MODEL_ROLES,
     MODEL_SAMPLING_FIELDS,
+    SECRET_ENDPOINT_FIELDS,
+    URL_ENDPOINT_FIELDS,
     EndpointConfig,
     MinP,
     Penalty,
@@ -67,6 +80,8 @@ from ..upstream.config import (
     Temperature,
     TopK,
     TopP,
+    dumped_endpoint_fields,
+    shown_endpoint_field,
 )
 from ..upstream.rendering import PromptRenderer
 from ..upstream.reserved_fields import check_extra_body
@@ -103,6 +118,21 @@ _ROLE_FIELDS = {
     "small_model": ("small", "model"),
 }
 _TOP_FIELDS = ("cues", "allow_model_mismatch", "policy")
+_ENDPOINT_FIELD_OF = {
+    **_SHARED_ENDPOINT_FIELDS,
+    **{name: key for name, (_, key) in _ROLE_FIELDS.items()},
+}
+"""Each flat field that sets an endpoint field, and that endpoint field's name."""
+_HOLDING_SECRETS = (
+    *MODEL_ROLES,
+    *(
+        name
+        for name, key in _ENDPOINT_FIELD_OF.items()
+        if key in (*SECRET_ENDPOINT_FIELDS, *URL_ENDPOINT_FIELDS)
+    ),
+)
+"""The fields that may hold a secret: the models' own settings, the key, the headers and the
+URLs (whose password is one)."""
 
 
 def _default(model: type[BaseModel], name: str) -> Any:
@@ -119,7 +149,11 @@ def _same_as(model: type[BaseModel], name: str, **changes: Any) -> Any:
 class RelaySettings(BaseModel):
     """Endpoints, cue set, policy and sampling of a relay model (a mixin for the adapters)."""
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        extra="forbid", arbitrary_types_allowed=True, hide_input_in_errors=True
+    )
+    """Errors name the field and the reason, never the value: a key may be one (or sit in
+    the dict of a model's own settings beside the value refused)."""
 
     refused_fields: ClassVar[Mapping[str, str]] = {}
     """The adapter's own refusals (field -> what to use instead), over the shared ones."""
@@ -217,6 +251,25 @@ class RelaySettings(BaseModel):
         settings._environment = env
         _ = settings._client
         return settings
+
+    # -- secrets: shown hidden, dumped without --------------------------------------------
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        """The fields as pydantic (and the framework) shows them, with the secrets hidden:
+        this is also LangChain's ``dumpd`` of the model, which tracers receive."""
+        for name, value in super().__repr_args__():
+            yield name, value if name is None else _shown(name, value)
+
+    @field_serializer(*_HOLDING_SECRETS)
+    def _dumped_without_secrets(self, value: Any, info: FieldSerializationInfo) -> Any:
+        """A dump leaves the secrets out (the key and headers dump as their defaults, a URL's
+        password is hidden): loaded again, the model takes them from the environment."""
+        name = info.field_name
+        if name in MODEL_ROLES:
+            return dumped_endpoint_fields(value)
+        if _ENDPOINT_FIELD_OF[name] in SECRET_ENDPOINT_FIELDS:
+            return type(self).model_fields[name].get_default(call_default_factory=True)
+        return _shown(name, value)
 
     # -- one truth: what the object shows is what its requests carry ----------------------
 
@@ -475,6 +528,15 @@ def _merged(base: Any, value: Any) -> Any:
         return {**base, **value}
     if isinstance(base, Mapping) and isinstance(value, BaseModel):
         return {**base, **value.model_dump(exclude_unset=True)}
+    return value
+
+
+def _shown(name: str, value: Any) -> Any:
+    """The value of the field `name` as it may be printed (:func:`shown_endpoint_field`)."""
+    if name in MODEL_ROLES and isinstance(value, Mapping):
+        return {key: shown_endpoint_field(key, v) for key, v in value.items()}
+    if name in _ENDPOINT_FIELD_OF:
+        return shown_endpoint_field(_ENDPOINT_FIELD_OF[name], value)
     return value
 
 

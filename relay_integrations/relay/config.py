@@ -15,6 +15,7 @@ JSON, or read from environment variables::
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import os
@@ -202,10 +203,12 @@ class RelayEnvironment:
 
         env = RelayEnvironment.read()
         env.values["large"]["base_url"]  # RELAY_LARGE__BASE_URL
+
+    Its repr shows neither: they hold the keys and headers.
     """
 
-    values: dict[str, Any]
-    shared_api_key: str | None
+    values: dict[str, Any] = dataclasses.field(repr=False)
+    shared_api_key: str | None = dataclasses.field(repr=False)
 
     @classmethod
     def read(

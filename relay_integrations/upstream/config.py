@@ -8,19 +8,34 @@
 
 The relay's configuration (both endpoints, the policy, the cue set) builds on these:
 :mod:`relay_integrations.relay.config`.
+
+An endpoint's secrets (its key, its headers' values, its proxy's password) never show: its
+repr and JSON dumps hide them, and errors name the field and the reason, never the value::
+
+    EndpointConfig(base_url=..., model="m", api_key="k", extra_headers={"X-Key": "k"})
+    # EndpointConfig(..., api_key=SecretStr('**********'), extra_headers={'X-Key': '**********'})
 """
 
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 import aiohttp
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    FieldSerializationInfo,
+    SecretStr,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
-from .headers import check_header, check_header_value, check_proxy_url
+from .headers import HIDDEN, check_header, check_header_value, check_proxy_url, shown_url
 from .reserved_fields import check_extra_body
 
 ModelRole = Literal["large", "small"]
@@ -103,6 +118,39 @@ class SamplingConfig(Frozen):
         return {name: value for name, value in fields.items() if value is not None}
 
 
+SECRET_ENDPOINT_FIELDS = ("api_key", "extra_headers")
+"""The fields of :class:`EndpointConfig` whose values are secrets: the key, and the headers
+(any header may carry a credential)."""
+URL_ENDPOINT_FIELDS = ("base_url", "proxy")
+"""The fields of :class:`EndpointConfig` that are URLs, whose password is a secret."""
+
+
+def shown_endpoint_field(name: str, value: Any) -> Any:
+    """The value of :class:`EndpointConfig`'s field `name` as it may be printed: the key as a
+    ``SecretStr``, every header's value hidden, a URL's password hidden."""
+    if value is None:
+        return None
+    if name == "api_key":
+        return value if isinstance(value, SecretStr) else SecretStr(str(value))
+    if name == "extra_headers" and isinstance(value, Mapping):
+        return {header: HIDDEN for header in value}
+    if name in URL_ENDPOINT_FIELDS and isinstance(value, str):
+        return shown_url(value)
+    return value
+
+
+def dumped_endpoint_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """:class:`EndpointConfig` fields (a model's own ``large=``/``small=`` settings) as a dump
+    that may be stored: without the secrets (they come back from where secrets are kept: the
+    environment) and the fields a dump excludes (a session factory), a URL's password hidden."""
+    return {
+        name: shown_endpoint_field(name, value)
+        for name, value in fields.items()
+        if name not in SECRET_ENDPOINT_FIELDS
+        and not (name in EndpointConfig.model_fields and EndpointConfig.model_fields[name].exclude)
+    }
+
+
 class EndpointConfig(Frozen):
     """One vLLM OpenAI-compatible server and the model it serves."""
 
@@ -176,11 +224,31 @@ class EndpointConfig(Frozen):
         description="This model's own sampling, over the shared values (e.g. a cooler small model)",
     )
 
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        """The fields as pydantic shows them, with the secrets hidden."""
+        for name, value in super().__repr_args__():
+            yield name, value if name is None else shown_endpoint_field(name, value)
+
+    @field_serializer(*URL_ENDPOINT_FIELDS, "extra_headers", when_used="json")
+    def _hidden_in_json(self, value: Any, info: FieldSerializationInfo) -> Any:
+        """JSON hides the secrets, as it hides the key (a ``SecretStr``); a Python dump keeps
+        the values, as it keeps the key's ``SecretStr``."""
+        return shown_endpoint_field(info.field_name, value)
+
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, url: str) -> str:
         """A URL the HTTP client can open; without this, a missing scheme would be tried
-        (and retried) as a request, and then blamed on the server."""
+        (and retried) as a request, and then blamed on the server. A password in it is
+        refused: the URL is in every message about the server (and in logs)."""
+        shown = shown_url(url)
+        if shown != url:  # it has user info
+            raise ValueError(
+                f"{shown!r} holds credentials, and the URL is shown in messages and "
+                "logs: give the key as api_key (a Bearer token), or another scheme as a header "
+                "in extra_headers (e.g. 'Authorization': 'Basic ...'), and leave them out of "
+                "the URL"
+            )
         if "://" not in url:
             raise ValueError(f"{url!r} has no scheme: write 'http://{url}'")
         parts = urllib.parse.urlsplit(url)

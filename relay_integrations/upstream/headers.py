@@ -1,6 +1,6 @@
 """What may go into a request's head, checked when a configuration is built (so that nothing
 is sent): header names and values without line breaks or other control characters, and
-proxies the relay can speak to.
+proxies the relay can speak to; and how what goes there may be shown.
 
 A CR or LF in a header value ends the header on the wire: the rest would be read as another
 header, or a second request. The everyday case is an API key read from a file with its
@@ -10,6 +10,12 @@ changed silently is a secret no one can check::
     check_header_value("api_key", open("key").read())   # ValueError: ... ends with a line break
     check_header("extra_headers['x-team']", "x-team", "a")  # fine
     check_proxy_url("socks5://127.0.0.1:1080", "proxy")      # ValueError: ... session_factory
+
+A header value may be a credential (``Authorization``, ``X-Api-Key``, a cookie), and so may a
+URL's password: messages never repeat them, and :func:`shown_url` is a URL as it may be
+printed::
+
+    shown_url("http://relay:s3cret@proxy:3128")  # 'http://relay:**********@proxy:3128'
 """
 
 from __future__ import annotations
@@ -22,12 +28,31 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 """RFC 9110's token: what a header name is made of."""
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 """Control characters, which no header value may hold (a tab may)."""
+HIDDEN = "**********"
+"""What a secret is shown as (as pydantic shows a ``SecretStr``)."""
+_NETLOC_END = re.compile(r"[/?#]")
+
+
+def shown_url(url: str) -> str:
+    """`url` as it may be printed: the password of its user info hidden (the whole user info
+    when it has no password: a token given as a user name)."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:  # no scheme: the user info would be at the start
+        scheme, rest = "", url
+    end = _NETLOC_END.search(rest)
+    netloc, path = (rest[: end.start()], rest[end.start() :]) if end else (rest, "")
+    userinfo, at, host = netloc.rpartition("@")  # as urllib and yarl split it
+    if not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}{separator}{f'{user}:{HIDDEN}' if colon else HIDDEN}@{host}{path}"
 
 
 def check_header(where: str, name: str, value: str) -> None:
-    """Refuse a header whose name is not a token or whose value holds a control character."""
+    """Refuse a header whose name is not a token or whose value holds a control character
+    (the value is not repeated: it may be a credential)."""
     check_header_name(where, name)
-    check_header_value(where, value)
+    check_header_value(where, value, secret=True)
 
 
 def check_header_value(where: str, value: str, *, secret: bool = False) -> None:
@@ -62,14 +87,15 @@ def check_proxy_url(url: str, where: str) -> None:
     scheme = urllib.parse.urlsplit(url).scheme.lower()
     if scheme in ("http", "https"):
         return
+    shown = shown_url(url)
     if scheme.startswith("socks"):
         raise ValueError(
-            f"{where}: {url!r} is a SOCKS proxy, which the relay's HTTP client does not speak "
+            f"{where}: {shown!r} is a SOCKS proxy, which the relay's HTTP client does not speak "
             "(sending through it as an HTTP proxy would be wrong, and unencrypted): give the "
             "endpoint a session_factory whose connector does, e.g. aiohttp-socks' "
             "ProxyConnector.from_url(...)"
         )
-    raise ValueError(f"{where}: {url!r} is not an http:// or https:// proxy URL")
+    raise ValueError(f"{where}: {shown!r} is not an http:// or https:// proxy URL")
 
 
 def environment_proxy(url: str) -> str | None:

@@ -12,6 +12,11 @@ from collections.abc import Iterator
 import pytest
 
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
+from tests.fakes.canary import (  # noqa: F401  (autouse: every test carries the canary)
+    canary_environment,
+    canary_everywhere,
+    pytest_runtest_makereport,
+)
 from tests.fakes.capable_model import capable_server
 from tests.fakes.loop_stalls import loop_monitor, no_loop_stalls  # noqa: F401  (autouse)
 

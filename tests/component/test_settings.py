@@ -17,6 +17,7 @@ from relay_integrations.chat.settings import RelaySettings
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
+from tests.fakes.canary import without_canary
 from tests.fakes.capable_model import capable_server, relay_fields
 
 ADAPTERS = [RelayChatModel, RelayLLM]
@@ -192,6 +193,7 @@ ENVIRONMENT = {
 def test_from_env_reads_every_documented_variable(
     adapter: type[RelaySettings], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    without_canary(monkeypatch)  # these variables only, or RELAY_API_KEY would be the key
     for name, value in ENVIRONMENT.items():
         monkeypatch.setenv(name, value)
     model = adapter.from_env()
@@ -212,9 +214,10 @@ def test_from_env_reads_every_documented_variable(
     assert mixed.relay_config().large.extra_headers == {"x-tenant": "b"}
 
 
-def test_the_flat_defaults_are_the_cores() -> None:
+def test_the_flat_defaults_are_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     from relay_integrations.relay import EndpointConfig, RelayConfig, SamplingConfig
 
+    without_canary(monkeypatch)  # the defaults, not the environment's key and headers
     model = RelayChatModel(**URLS)
     core = RelayConfig(
         large=EndpointConfig(base_url=URLS["large_url"], model="large"),

@@ -1,0 +1,339 @@
+"""No secret ever shows: an API key, a header or a proxy's password, given in any of the ways a
+user can give one, never appears in what a model prints, dumps or hands to tracers, in an
+error, a log record or captured output, nor in what ``relaygen serve`` answers or logs.
+
+The secret is the canary of :mod:`tests.fakes.canary`; every test of the tier also carries
+it in its environment and has its logs and output scanned for it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+from uuid import UUID
+
+import httpx
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import BaseMessage
+from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.callbacks import CallbackManager, LlamaDebugHandler
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+from llama_index.core.instrumentation.events import BaseEvent
+from llama_index_instrumentation import get_dispatcher
+from pydantic import Field
+
+from relay_integrations.chat.settings import RelaySettings
+from relay_integrations.langchain import RelayChatModel
+from relay_integrations.llama_index import RelayLLM
+from relay_integrations.relay import EndpointConfig, RelayConfig
+from relay_integrations.relay.config import RelayEnvironment
+from relay_integrations.server import ServerSettings
+from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
+from tests.fakes.canary import CANARY, scan, without_canary
+from tests.fakes.capable_model import capable_server, relay_fields
+from tests.fakes.ports import free_port, refusing_port
+from tests.fakes.relay_env import relay_server_env, relaygen_serve
+
+QUESTION = "What is 7 * 6?"
+ADAPTERS = [RelayChatModel, RelayLLM]
+DEAD_PROXY = f"http://relay:{CANARY}@127.0.0.1:1"
+"""A proxy with the canary as its password, where nothing listens (port 1)."""
+
+SECRET_PATHS: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
+    # how the secret is given: (fields, environment variables)
+    "api_key": ({"api_key": CANARY}, {}),
+    "large api_key": ({"large": {"api_key": CANARY}}, {}),
+    "small api_key": ({"small": {"api_key": CANARY, "read_timeout": 30}}, {}),
+    "RELAY_API_KEY": ({}, {"RELAY_API_KEY": CANARY}),
+    "RELAY_LARGE__API_KEY": ({}, {"RELAY_LARGE__API_KEY": CANARY}),
+    "default_headers": ({"default_headers": {"Authorization": f"Bearer {CANARY}"}}, {}),
+    "large extra_headers": ({"large": {"extra_headers": {"X-Api-Key": CANARY}}}, {}),
+    "RELAY_SMALL__EXTRA_HEADERS": ({}, {"RELAY_SMALL__EXTRA_HEADERS": json.dumps({"k": CANARY})}),
+    "proxy": ({"proxy": DEAD_PROXY}, {}),
+    "small proxy": ({"small": {"proxy": DEAD_PROXY}}, {}),
+    "RELAY_LARGE__PROXY": ({}, {"RELAY_LARGE__PROXY": DEAD_PROXY}),
+}
+REACHES_THE_UPSTREAM = {name for name in SECRET_PATHS if "proxy" not in name.lower()}
+
+
+def secret_model(
+    adapter: type[RelaySettings],
+    path: str,
+    monkeypatch: pytest.MonkeyPatch,
+    url: str = "http://127.0.0.1:8000/v1",
+    **more: Any,
+) -> RelaySettings:
+    """A model given the canary in the way `path` names, and in no other."""
+    fields, variables = SECRET_PATHS[path]
+    without_canary(monkeypatch)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    return adapter(**relay_fields(url, max_retries=0, **fields), **more)
+
+
+# --- what a model shows ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", SECRET_PATHS)
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_no_rendering_of_a_model_shows_its_secret(
+    adapter: type[RelaySettings], path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """repr, str, LangChain's dumpd/dumps, LlamaIndex's to_dict/to_json, pydantic's dumps of
+    the model, of a copy, and of the relay configuration it stands for."""
+    model = secret_model(adapter, path, monkeypatch)
+    config = model.relay_config()
+    scan(model, model.model_copy(update={"temperature": 0.2}), config, config.large, config.small)
+
+
+def test_llama_index_to_json_serializes_a_model_with_a_key() -> None:
+    model = RelayLLM(**relay_fields("http://127.0.0.1:8000/v1", api_key=CANARY))
+    dumped = json.loads(model.to_json())
+    assert dumped["class_name"] == "RelayLLM"
+    assert dumped["large_url"] == "http://127.0.0.1:8000/v1"
+
+
+def test_a_dump_leaves_secrets_out_and_loads_back_with_the_environment_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What a dump leaves out comes back from the environment, as LangChain's secrets do on
+    load: a dump written where the key was given loads where ``RELAY_API_KEY`` holds it."""
+    without_canary(monkeypatch)
+    model = RelayLLM(
+        **relay_fields(
+            "http://127.0.0.1:8000/v1",
+            api_key=CANARY,
+            large={"api_key": CANARY, "read_timeout": 30},
+            default_headers={"Authorization": f"Bearer {CANARY}"},
+        )
+    )
+    dumped = model.to_dict()
+    scan(json.dumps(dumped))
+    assert dumped["large"] == {"read_timeout": 30}
+    monkeypatch.setenv("RELAY_API_KEY", "from-the-environment")
+    config = RelayLLM.from_dict(dumped).relay_config()
+    assert config.large.read_timeout == 30
+    assert config.large.api_key is not None
+    assert config.large.api_key.get_secret_value() == "from-the-environment"
+
+
+def test_the_environment_object_shows_no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RELAY_LARGE__API_KEY", CANARY)
+    monkeypatch.setenv("RELAY_LARGE__PROXY", DEAD_PROXY)
+    scan(RelayEnvironment.read())
+
+
+def test_a_relay_configuration_and_server_settings_show_no_secret() -> None:
+    endpoint = EndpointConfig(
+        base_url="http://127.0.0.1:8000/v1",
+        model="large",
+        api_key=CANARY,
+        extra_headers={"Authorization": f"Bearer {CANARY}"},
+        proxy=DEAD_PROXY,
+    )
+    config = RelayConfig(large=endpoint, small=endpoint)
+    scan(endpoint, config, ServerSettings(api_keys=[CANARY]))
+
+
+# --- what a traced call hands to callbacks --------------------------------------------------
+
+
+class StartRecorder(BaseCallbackHandler):
+    """What LangChain hands a tracer when a chat model starts: ``serialized`` (the model's
+    ``dumpd``) and the rest (invocation params, metadata)."""
+
+    def __init__(self) -> None:
+        self.starts: list[Any] = []
+
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: UUID,
+        **kwargs: Any,
+    ) -> None:
+        self.starts.append((serialized, kwargs))
+
+
+class EventRecorder(BaseEventHandler):
+    """LlamaIndex's instrumentation events (a chat's start event holds the model's
+    ``to_payload()``, as its callbacks' payload does)."""
+
+    events: list[BaseEvent] = Field(default_factory=list)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "EventRecorder"
+
+    def handle(self, event: BaseEvent, **kwargs: Any) -> None:
+        self.events.append(event)
+
+
+@contextlib.contextmanager
+def recording_events() -> Iterator[EventRecorder]:
+    recorder = EventRecorder()
+    dispatcher = get_dispatcher()
+    dispatcher.add_event_handler(recorder)
+    try:
+        yield recorder
+    finally:
+        dispatcher.event_handlers.remove(recorder)
+
+
+@pytest.mark.parametrize("path", SECRET_PATHS)
+def test_a_langchain_tracer_is_handed_no_secret(
+    path: str, server: ScriptedVLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = secret_model(RelayChatModel, path, monkeypatch, server.base_url)
+    assert isinstance(model, RelayChatModel)
+    recorder = StartRecorder()
+    try:
+        answer: Any = model.invoke(QUESTION, config={"callbacks": [recorder]})
+    except Exception as failed:  # through a dead proxy
+        assert path not in REACHES_THE_UPSTREAM, failed
+        answer = failed
+    assert recorder.starts, "on_chat_model_start was not called"
+    serialized = recorder.starts[0][0]
+    assert serialized["id"][-1] == "RelayChatModel"
+    scan(*recorder.starts, answer)
+
+
+@pytest.mark.parametrize("path", SECRET_PATHS)
+def test_a_llama_index_callback_and_event_handler_are_handed_no_secret(
+    path: str, server: ScriptedVLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    debug = LlamaDebugHandler()
+    model = secret_model(
+        RelayLLM, path, monkeypatch, server.base_url, callback_manager=CallbackManager([debug])
+    )
+    assert isinstance(model, RelayLLM)
+    with recording_events() as recorder:
+        try:
+            answer: Any = model.chat([ChatMessage(role="user", content=QUESTION)])
+        except Exception as failed:  # through a dead proxy
+            assert path not in REACHES_THE_UPSTREAM, failed
+            answer = failed
+    payloads = [event.payload for event in debug.get_events()]
+    assert payloads and recorder.events
+    scan(*payloads, *recorder.events, answer)
+
+
+# --- what an error says ---------------------------------------------------------------------
+
+BAD_BESIDE_A_SECRET: dict[str, dict[str, Any]] = {
+    # a value refused next to the secret, or the secret itself refused
+    "bad timeout beside a key": {"large": {"api_key": CANARY, "read_timeout": "x"}},
+    "unknown field beside a key": {"small": {"api_key": CANARY, "bogus": 1}},
+    "key of a wrong type": {"large": {"api_key": [CANARY]}},
+    "endpoint fields not a dict": {"large": CANARY},
+    "key with a newline": {"api_key": CANARY + "\n"},
+    "per-model key with a newline": {"large": {"api_key": CANARY + "\n"}},
+    "header with a newline": {"default_headers": {"Authorization": f"Bearer {CANARY}\r\n"}},
+    "per-model header with a newline": {"small": {"extra_headers": {"X-Key": CANARY + "\n"}}},
+    "header of a wrong type": {"default_headers": {"X-Key": [CANARY]}},
+    "SOCKS proxy with a password": {"proxy": f"socks5://relay:{CANARY}@127.0.0.1:1080"},
+    "per-model proxy not http": {"large": {"proxy": f"ftp://relay:{CANARY}@127.0.0.1:21"}},
+    "a password in the URL": {"large_url": f"http://relay:{CANARY}@127.0.0.1:8000/v1"},
+    "a per-model password in the URL": {
+        "small": {"base_url": f"http://relay:{CANARY}@127.0.0.1:8000/v1"}
+    },
+    "bad temperature beside a key": {"api_key": CANARY, "temperature": 7},
+}
+
+
+@pytest.mark.parametrize("case", BAD_BESIDE_A_SECRET)
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_a_refused_setting_s_error_shows_no_secret(adapter: type[RelaySettings], case: str) -> None:
+    """The constructor's error, an assignment's and ``model_copy(update=...)``'s."""
+    bad = BAD_BESIDE_A_SECRET[case]
+    with pytest.raises(ValueError) as built:
+        adapter(**relay_fields("http://127.0.0.1:8000/v1", **bad))
+    model = adapter(**relay_fields("http://127.0.0.1:8000/v1"))
+    with pytest.raises(ValueError) as copied:
+        model.model_copy(update=bad)
+    with pytest.raises(ValueError) as assigned:
+        for name, value in bad.items():
+            setattr(model, name, value)
+    scan(built.value, copied.value, assigned.value, model)
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_a_refused_environment_s_error_shows_no_secret(
+    adapter: type[RelaySettings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RELAY_LARGE__API_KEY", CANARY + "\n")
+    monkeypatch.setenv("RELAY_SMALL__PROXY", f"socks5://relay:{CANARY}@127.0.0.1:1080")
+    with pytest.raises(ValueError) as refused:
+        adapter(**relay_fields("http://127.0.0.1:8000/v1"))
+    scan(refused.value)
+
+
+@pytest.mark.parametrize("path", SECRET_PATHS)
+@pytest.mark.parametrize("adapter", ADAPTERS)
+async def test_an_unreachable_server_s_error_shows_no_secret(
+    adapter: type[RelaySettings], path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with refusing_port() as port:
+        model = secret_model(adapter, path, monkeypatch, f"http://127.0.0.1:{port}/v1")
+        with pytest.raises(Exception) as failed:
+            if isinstance(model, RelayChatModel):
+                await model.ainvoke(QUESTION)
+            else:
+                assert isinstance(model, RelayLLM)
+                await model.achat([ChatMessage(role="user", content=QUESTION)])
+        await model.aclose()
+    scan(failed.value)
+
+
+# --- relaygen serve -------------------------------------------------------------------------
+
+
+def test_relaygen_serve_shows_no_secret_in_answers_metrics_health_or_logs() -> None:
+    """The canary as the upstreams' key and header and as the server's own client key: not in
+    /metrics, /health, /readyz, /livez, /v1/models, a normal answer (whole and streamed), a
+    refused key's answer, the answers once the upstream is down, or the server's log (at
+    debug level)."""
+    answers: list[httpx.Response] = []
+    upstream_running = contextlib.ExitStack()
+    with contextlib.ExitStack() as stack:
+        upstream = upstream_running.enter_context(serving(capable_server()))
+        env = relay_server_env(upstream, free_port())
+        env.update(
+            RELAY_API_KEY=CANARY,
+            RELAY_SMALL__API_KEY=CANARY,
+            RELAY_SERVER_API_KEYS=CANARY,
+            RELAY_SERVER_LOG_LEVEL="debug",
+        )
+        assert json.loads(os.environ["RELAY_LARGE__EXTRA_HEADERS"])  # the canary's header
+        served = stack.enter_context(relaygen_serve(env))
+        client = stack.enter_context(
+            httpx.Client(
+                base_url=served.url, timeout=60, headers={"Authorization": f"Bearer {CANARY}"}
+            )
+        )
+        chat = {"model": "large", "messages": [{"role": "user", "content": QUESTION}]}
+
+        def everything() -> None:
+            for path in ("/metrics", "/health", "/readyz", "/livez", "/v1/models"):
+                answers.append(client.get(path))
+            answers.append(client.post("/v1/chat/completions", json=chat))
+            answers.append(client.post("/v1/chat/completions", json={**chat, "stream": True}))
+            answers.append(
+                client.post("/v1/chat/completions", json=chat, headers={"Authorization": "x"})
+            )
+
+        everything()
+        assert answers[5].status_code == 200, answers[5].text
+        upstream_running.close()  # the upstream goes down
+        everything()
+        assert answers[-3].status_code >= 500, answers[-3].text
+        served.process.terminate()
+        served.process.wait(30)
+        served.reader.join(10)
+    sent = upstream.models["large"].headers
+    assert sent and all(h.get("authorization") == f"Bearer {CANARY}" for h in sent)
+    scan(*(answer.text for answer in answers), *(json.dumps(r) for r in served.records))
