@@ -10,7 +10,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -32,7 +35,7 @@ from relay_integrations.relay import EndpointConfig, RelayConfig
 from relay_integrations.relay.config import RelayEnvironment
 from relay_integrations.server import ServerSettings
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
-from tests.fakes.canary import CANARY, scan, without_canary
+from tests.fakes.canary import CANARY, CANARY_HEADER, scan, without_canary
 from tests.fakes.capable_model import capable_server, relay_fields
 from tests.fakes.ports import free_port, refusing_port
 from tests.fakes.relay_env import relay_server_env, relaygen_serve
@@ -82,7 +85,7 @@ def secret_model(
 def test_no_rendering_of_a_model_shows_its_secret(
     adapter: type[RelaySettings], path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """repr, str, LangChain's dumpd/dumps, LlamaIndex's to_dict/to_json, pydantic's dumps of
+    """repr, str, LangChain's dumpd/dumps, LlamaIndex's to_dict/to_json, pydantic's JSON: of
     the model, of a copy, and of the relay configuration it stands for."""
     model = secret_model(adapter, path, monkeypatch)
     config = model.relay_config()
@@ -96,7 +99,7 @@ def test_llama_index_to_json_serializes_a_model_with_a_key() -> None:
     assert dumped["large_url"] == "http://127.0.0.1:8000/v1"
 
 
-def test_a_dump_leaves_secrets_out_and_loads_back_with_the_environment_s(
+def test_a_llama_index_dump_leaves_secrets_out_and_loads_them_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """What a dump leaves out comes back from the environment, as LangChain's secrets do on
@@ -294,12 +297,12 @@ async def test_an_unreachable_server_s_error_shows_no_secret(
 
 def test_relaygen_serve_shows_no_secret_in_answers_metrics_health_or_logs() -> None:
     """The canary as the upstreams' key and header and as the server's own client key: not in
-    /metrics, /health, /readyz, /livez, /v1/models, a normal answer (whole and streamed), a
-    refused key's answer, the answers once the upstream is down, or the server's log (at
-    debug level)."""
-    answers: list[httpx.Response] = []
-    upstream_running = contextlib.ExitStack()
-    with contextlib.ExitStack() as stack:
+    /metrics, /health, /readyz, /livez, /v1/models, a normal answer (chat completions whole and
+    streamed, a response), a refused key's answer, the same once the upstream is down, or the
+    server's log (at debug level)."""
+    chat = {"model": "large", "messages": [{"role": "user", "content": QUESTION}]}
+    answers: list[dict[str, httpx.Response]] = []
+    with contextlib.ExitStack() as stack, contextlib.ExitStack() as upstream_running:
         upstream = upstream_running.enter_context(serving(capable_server()))
         env = relay_server_env(upstream, free_port())
         env.update(
@@ -308,32 +311,91 @@ def test_relaygen_serve_shows_no_secret_in_answers_metrics_health_or_logs() -> N
             RELAY_SERVER_API_KEYS=CANARY,
             RELAY_SERVER_LOG_LEVEL="debug",
         )
-        assert json.loads(os.environ["RELAY_LARGE__EXTRA_HEADERS"])  # the canary's header
         served = stack.enter_context(relaygen_serve(env))
         client = stack.enter_context(
             httpx.Client(
                 base_url=served.url, timeout=60, headers={"Authorization": f"Bearer {CANARY}"}
             )
         )
-        chat = {"model": "large", "messages": [{"role": "user", "content": QUESTION}]}
 
-        def everything() -> None:
-            for path in ("/metrics", "/health", "/readyz", "/livez", "/v1/models"):
-                answers.append(client.get(path))
-            answers.append(client.post("/v1/chat/completions", json=chat))
-            answers.append(client.post("/v1/chat/completions", json={**chat, "stream": True}))
-            answers.append(
-                client.post("/v1/chat/completions", json=chat, headers={"Authorization": "x"})
+        def everything() -> dict[str, httpx.Response]:
+            got = {path: client.get(path) for path in ("/metrics", "/health", "/readyz", "/livez")}
+            got["models"] = client.get("/v1/models")
+            got["chat"] = client.post("/v1/chat/completions", json=chat)
+            got["stream"] = client.post("/v1/chat/completions", json={**chat, "stream": True})
+            got["response"] = client.post(
+                "/v1/responses", json={"model": "large", "input": QUESTION}
             )
+            got["bad key"] = client.get("/v1/models", headers={"Authorization": "Bearer x"})
+            return got
 
-        everything()
-        assert answers[5].status_code == 200, answers[5].text
+        answers.append(everything())
+        assert answers[0]["chat"].status_code == 200, answers[0]["chat"].text
         upstream_running.close()  # the upstream goes down
-        everything()
-        assert answers[-3].status_code >= 500, answers[-3].text
+        answers.append(everything())
+        assert answers[1]["chat"].status_code >= 500, answers[1]["chat"].text
         served.process.terminate()
         served.process.wait(30)
         served.reader.join(10)
     sent = upstream.models["large"].headers
     assert sent and all(h.get("authorization") == f"Bearer {CANARY}" for h in sent)
-    scan(*(answer.text for answer in answers), *(json.dumps(r) for r in served.records))
+    assert all(h.get(CANARY_HEADER.lower()) == CANARY for h in sent)
+    scan(
+        *(answer.text for round_ in answers for answer in round_.values()),
+        *(json.dumps(record) for record in served.records),
+    )
+
+
+# --- the canary itself ----------------------------------------------------------------------
+
+LEAKS = """
+import logging, os, sys
+
+def test_a_debug_record() -> None:
+    logging.getLogger("leaky").debug("calling with %s", os.environ["RELAY_API_KEY"])
+
+def test_stdout() -> None:
+    print(os.environ["RELAY_API_KEY"])
+
+def test_stderr() -> None:
+    sys.stderr.write(os.environ["RELAY_LARGE__EXTRA_HEADERS"])
+
+def test_a_test_with_capsys_keeps_it(capsys) -> None:
+    print("hello")
+    assert capsys.readouterr().out == "hello\\n"
+
+def test_a_clean_test() -> None:
+    logging.getLogger("clean").debug("nothing to see")
+"""
+
+
+def test_the_canary_fails_a_test_whose_logs_or_output_show_it(tmp_path: Path) -> None:
+    """The fixture and hook of :mod:`tests.fakes.canary` on tests that leak (a DEBUG record,
+    stdout, stderr) and tests that do not (one that uses ``capsys`` itself)."""
+    (tmp_path / "conftest.py").write_text(
+        "from tests.fakes.canary import (  # noqa: F401\n"
+        "    canary_environment, canary_everywhere, pytest_runtest_makereport\n)\n"
+    )
+    (tmp_path / "test_leaks.py").write_text(LEAKS)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", str(tmp_path), "-q", "-rA", "-p", "no:cacheprovider"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    summary = [
+        line.split(" - ")[0] for line in run.stdout.splitlines() if "test_leaks.py::" in line
+    ]
+    assert sorted(summary) == [
+        "ERROR test_leaks.py::test_a_debug_record",  # at its teardown: the test itself passed
+        "FAILED test_leaks.py::test_stderr",
+        "FAILED test_leaks.py::test_stdout",
+        "PASSED test_leaks.py::test_a_clean_test",
+        "PASSED test_leaks.py::test_a_debug_record",
+        "PASSED test_leaks.py::test_a_test_with_capsys_keeps_it",
+    ], run.stdout
+    assert "in the message of a DEBUG record of the logger 'leaky'" in run.stdout
+    assert "in the Captured stdout call: 'sk-canary" in run.stdout
+    assert 'in the Captured stderr call: \'{"X-Relay-Canary": "sk-canary' in run.stdout

@@ -4,10 +4,10 @@
 :func:`canary_environment` fixture sets it as ``RELAY_API_KEY`` and as a header of both models
 (``RELAY_LARGE__EXTRA_HEADERS`` / ``RELAY_SMALL__EXTRA_HEADERS``), and
 :func:`canary_everywhere` fails a test whose log records (every level, looked at as they are
-logged) hold it;
-:func:`pytest_runtest_makereport` does the same for what the test wrote to stdout and stderr.
-A test that sets its own key overrides the variable; a test that needs no key at all (it
-asserts the exact headers a server received) deletes it with ``monkeypatch.delenv``.
+logged) hold it; :func:`pytest_runtest_makereport` does the same for what the test wrote to
+stdout and stderr. A test that sets its own key overrides the variable; a test of what the
+environment gives, or of the exact headers a server received, runs without the variables
+(:func:`without_canary`).
 
 :func:`scan` renders things every way a surface can show them and fails naming where the
 canary appeared::
@@ -50,7 +50,11 @@ def renderings(thing: Any) -> Iterator[tuple[str, str]]:
     """Every text `thing` can be shown as, each with how: ``str``/``repr``; for an exception
     its traceback with its causes; for pydantic models their JSON; for LangChain objects
     ``dumpd``/``dumps``; for LlamaIndex components ``to_dict``/``to_json``; for a log record
-    its message, exception and every attribute (the ``fields`` a JSON formatter writes)."""
+    its message, exception and every attribute (the ``fields`` a JSON formatter writes).
+
+    Not renderings: a Python ``model_dump()`` (the values themselves, as a key's
+    ``SecretStr`` is one) and a ``ValidationError``'s ``errors()`` (pydantic keeps the input
+    there for programs; ``errors(include_input=False)`` leaves it out)."""
     if isinstance(thing, bytes):
         yield "bytes", thing.decode("utf-8", "replace")
         return
@@ -72,7 +76,7 @@ def renderings(thing: Any) -> Iterator[tuple[str, str]]:
     if isinstance(thing, BaseComponent):
         yield "to_dict", repr(thing.to_dict())
         yield "to_json", thing.to_json()
-    if isinstance(thing, BaseModel):  # a Python model_dump is the values, a key's SecretStr too
+    if isinstance(thing, BaseModel):
         yield "model_dump_json", thing.model_dump_json()
 
 
@@ -157,10 +161,12 @@ def canary_everywhere(canary_environment: None, caplog: pytest.LogCaptureFixture
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """A test whose captured stdout or stderr (any phase) shows the canary fails there."""
+    """A test whose captured stdout or stderr shows the canary fails in the phase (setup,
+    call, teardown) that wrote it."""
     report = yield
     for title, content in report.sections:
-        if title.startswith("Captured std") and CANARY in content and report.outcome != "failed":
+        own = title in (f"Captured stdout {call.when}", f"Captured stderr {call.when}")
+        if own and CANARY in content and report.outcome != "failed":
             report.outcome = "failed"
             report.longrepr = f"the canary secret shows in the {title}: {_around(content)}"
     return report
