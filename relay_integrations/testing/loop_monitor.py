@@ -79,7 +79,7 @@ class Stall:
     seconds: float
     """How long it held the thread, time spent waiting for a CPU left out (at least)."""
     callback: str
-    """The callback (asyncio's ``Handle``: a task's step names its coroutine)."""
+    """The callback, by the code it runs: a task's coroutine, a callback's function."""
     where: str
     """The callback's stack the last time it was seen, outermost first."""
 
@@ -250,7 +250,9 @@ class LoopMonitor:
         if running.held > self.threshold:
             name = thread.name if thread is not None else str(ident)
             where = _stack(innermost, callback)
-            self._stalls[running.key] = Stall(name, running.held, _describe(callback), where)
+            self._stalls[running.key] = Stall(
+                name, running.held, _describe(innermost, callback), where
+            )
 
     def _ended(self, running: _Running) -> None:
         if running.seen > 1:
@@ -267,13 +269,18 @@ def _callback_frame(innermost: FrameType) -> FrameType | None:
     return None
 
 
-def _describe(callback: FrameType) -> str:
-    """The callback: its task (which names the coroutine), or the handle."""
-    handle = callback.f_locals.get("self")
-    owner = getattr(getattr(handle, "_callback", None), "__self__", None)
-    if isinstance(owner, asyncio.Task):  # a task's step or wake-up
-        return repr(owner)
-    return repr(handle) if handle is not None else "a callback"
+def _describe(innermost: FrameType, callback: FrameType) -> str:
+    """The callback, by the code it runs (a task's coroutine, a callback's function). Read
+    from the frames' code only: the locals of a frame that another thread is running are
+    not read (copying them from a frame in flight is not safe)."""
+    frame: FrameType | None = innermost
+    outermost = None
+    while frame is not None and frame is not callback:
+        outermost, frame = frame, frame.f_back
+    if outermost is None:
+        return "a callback in C code"
+    code = outermost.f_code
+    return f"{code.co_qualname}() of {code.co_filename}:{code.co_firstlineno}"
 
 
 def _stack(innermost: FrameType, callback: FrameType) -> str:
