@@ -52,6 +52,15 @@ ON_PURPOSE: Mapping[str, str] = {
 }
 """What the relay does differently from the model's own endpoint on purpose, and why."""
 
+LIMITS: Mapping[str, str] = {
+    "usage past a stream-side stop": "a stop past a stock server's cap is found in the stream "
+    "and the relay closes the request there; its completion-token count is the server's count "
+    "at the chunk that held the stop, which may include tokens the server wrote past the stop "
+    "in that chunk (vLLM merges tokens into one chunk when the reader lags): not fewer than "
+    "vLLM's own count, and exact only when each chunk is one token",
+}
+"""Where the relay cannot be exact, and why (the oracle checks the bound instead)."""
+
 ServerName = Literal["tuned", "stock"]
 Shape = Literal["user", "system", "named", "blocks", "history"]
 Tools = Literal["none", "auto", "named"]
