@@ -1,8 +1,9 @@
-"""The loop-stall fixture of the component and integration tiers: a test fails when any event
+"""The loop-stall fixture of the component tier (the integration tier's tests are to be swept
+for sync calls made inside async tests on purpose before they take it): a test fails when any event
 loop of the process (pytest-asyncio's, ``asyncio.run`` inside sync code, the relay's background
 loop, a scripted server's thread) had one callback hold its thread over 50 ms
 (:mod:`relay_integrations.testing.loop_monitor`; time spent waiting for a CPU does not count, so
-a loaded CI machine does not fail tests). Both tiers' conftests import the fixtures::
+a loaded CI machine does not fail tests). A tier's conftest imports the fixtures::
 
     from tests.fakes.loop_stalls import loop_monitor, no_loop_stalls  # noqa: F401
 
