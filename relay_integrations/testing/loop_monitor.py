@@ -317,6 +317,8 @@ def _held(
     if call == _FUTEX:
         if not innermost.f_code.co_filename.endswith(_WAITS):
             return cpu  # the GIL: a lock waited for outside the threading module's waits
+        if _starting_a_thread(innermost):
+            return cpu  # waits for the OS to run the new thread: a CPU wait, not its own
         return max(cpu, step - waits.longest)
     return max(cpu, step - waits.own)
 
@@ -330,6 +332,19 @@ _WAITS = (
 )
 """Where a thread waits on a lock on purpose (``Condition.wait``, ``Thread.join``,
 ``Future.result``, ``Queue.get``): a futex wait there blocks; elsewhere it is the GIL's."""
+
+
+def _starting_a_thread(innermost: FrameType) -> bool:
+    """Whether the thread waits in ``Thread.start`` for the new thread to begin (an executor
+    adding a worker, ``asyncio.to_thread``'s first calls): the new thread's wait for a CPU,
+    which the process's waits do not show until it has run."""
+    frame: FrameType | None = innermost
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "start" and code.co_filename.endswith(f"{os.sep}threading.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _syscall(native: int | None) -> str | None:

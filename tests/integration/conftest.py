@@ -25,6 +25,8 @@ from tests.fakes.canary import (  # noqa: F401  (autouse: every test carries the
     canary_everywhere,
     pytest_runtest_makereport,
 )
+from tests.fakes.loop_stalls import loop_monitor, no_loop_stalls  # noqa: F401  (autouse)
+
 pytestmark = pytest.mark.vllm
 
 

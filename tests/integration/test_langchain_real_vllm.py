@@ -136,6 +136,7 @@ def test_structured_output_is_valid_by_construction(qwen_large: Server, qwen_sma
     assert out["raw"].additional_kwargs["reasoning_content"] == REASONING
 
 
+@pytest.mark.blocks_loop  # what it tests: a sync call made inside a running loop
 async def test_sync_calls_inside_a_running_event_loop(
     qwen_large: Server, qwen_small: Server
 ) -> None:

@@ -65,6 +65,7 @@ def test_stream_chat_sends_thinking_then_answer_deltas(
     assert responses[-1].additional_kwargs["relay"]["switches"] == 2
 
 
+@pytest.mark.blocks_loop  # the sync complete() beside the async twins, inside the loop on purpose
 async def test_completion_and_async_twins(qwen_large: Server, qwen_small: Server) -> None:
     llm = relay_llm(qwen_large, qwen_small)
     assert (await llm.acomplete("What is 2 + 2?")).text == "The answer is 4."
@@ -124,6 +125,7 @@ def assert_grows_to(partials: list[BaseModel], final: Verdict) -> None:
         assert all(fields[k] in ("", getattr(final, k)) for k in fields), fields
 
 
+@pytest.mark.blocks_loop  # the sync entry points beside the async ones, inside the loop
 async def test_streamed_structured_output_grows_to_the_predicted_object(
     qwen_large: Server, qwen_small: Server
 ) -> None:
@@ -146,6 +148,7 @@ async def test_streamed_structured_output_grows_to_the_predicted_object(
     assert_grows_to([r.raw for r in structured.stream_chat(asked)], structured.chat(asked).raw)
 
 
+@pytest.mark.blocks_loop  # every entry point, the sync ones inside the loop on purpose
 async def test_the_token_counter_sees_the_usage_vllm_reported(
     qwen_large: Server, qwen_small: Server
 ) -> None:

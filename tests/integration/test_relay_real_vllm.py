@@ -696,7 +696,7 @@ async def test_stop_sequences_apply_to_the_answer_only(
     async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
         _, result = await run(relay, trace, stop=["END"])
     assert result.reasoning == "Let me see. END is a word here."
-    assert result.answer == "It is 12."
+    assert result.answer == "It is 12. "  # cut before the stop, the space kept, as vLLM cuts
     assert result.finish_reason == "stop"
 
 
