@@ -23,6 +23,7 @@ import hashlib
 import json
 import threading
 import weakref
+from collections import deque
 from typing import Any
 
 from pydantic import BaseModel, SecretStr
@@ -86,6 +87,7 @@ def lease_client(
         else:
             client = held[0]
             _held[key] = (client, held[1] + 1)
+    _release_collected()  # what the collector queued while the lock was held here
     return ClientLease(key, client, owner)
 
 
@@ -113,17 +115,53 @@ def _plain(value: object) -> object:
 
 def _release(key: str) -> RelayClient | None:
     with _lock:
-        client, count = _held[key]
-        if count > 1:
-            _held[key] = (client, count - 1)
-            return None
-        del _held[key]
+        released = _released(key)
+    _release_collected()
+    return released
+
+
+def _released(key: str) -> RelayClient | None:
+    """One lease of `key` fewer (the caller holds the lock); the client if it was the last."""
+    client, count = _held[key]
+    if count > 1:
+        _held[key] = (client, count - 1)
+        return None
+    del _held[key]
     return client
+
+
+_collected: deque[str] = deque()
+"""Keys whose models the garbage collector took, not yet released (see below)."""
 
 
 def _release_and_close_later(key: str) -> None:
     """A model was collected while holding its lease: close the client if it was the last
-    holder, on its loops, without waiting (safe in a finalizer, on any thread)."""
-    client = _release(key)
-    if client is not None:
-        client.close_later()
+    holder, on its loops, without waiting (safe in a finalizer, on any thread).
+
+    A finalizer runs wherever the collector ran, which may be inside this module's lock (a
+    lease being made, the cue set loading, allocates): waiting for the lock there would wait
+    for ever. So the key is queued, and released now if the lock is free, else by its holder
+    as it lets go (:func:`_release_collected`)."""
+    _collected.append(key)
+    _release_collected()
+
+
+def _release_collected() -> None:
+    """Release the leases of collected models, unless another holder has the lock (it calls
+    this after letting go, so none is left behind)."""
+    while _collected:
+        if not _lock.acquire(blocking=False):
+            return
+        try:
+            last = [c for c in (_released(k) for k in _drain(_collected)) if c is not None]
+        finally:
+            _lock.release()
+        for client in last:
+            client.close_later()
+
+
+def _drain(queue: deque[str]) -> list[str]:
+    keys = []
+    while queue:
+        keys.append(queue.popleft())
+    return keys

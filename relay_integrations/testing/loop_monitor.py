@@ -210,26 +210,29 @@ class LoopMonitor:
                 (queued_now[t] - queued.get(t, queued_now[t]) for t in queued_now), default=0.0
             )
             queued = queued_now
+            # Every stack is read at once, before anything below lets another thread run
+            # (reading /proc releases the GIL): a frame read after its thread moved on may
+            # be a suspended coroutine's, whose link to its caller no longer holds.
             frames = sys._current_frames()
+            seen = {i: _Seen.of(frame) for i, frame in frames.items() if i != me}
+            del frames  # frames hold their threads' locals: keep none past the sample
             threads = {t.ident: t for t in threading.enumerate()}
             with self._lock:
                 for ident in list(self._running):
-                    if ident not in frames:  # the thread ended
+                    if ident not in seen:  # the thread ended
                         self._ended(self._running.pop(ident))
-                for ident, innermost in frames.items():
-                    if ident != me:
-                        self._sample(ident, innermost, threads.get(ident), step, crowded)
-            del frames  # frames hold their threads' locals: keep none past the sample
+                for ident, snapshot in seen.items():
+                    self._sample(ident, snapshot, threads.get(ident), step, crowded)
 
     def _sample(
         self,
         ident: int,
-        innermost: FrameType,
+        seen: _Seen,
         thread: threading.Thread | None,
         step: float,
         crowded: float,
     ) -> None:
-        callback = _callback_frame(innermost)
+        callback = seen.callback
         running = self._running.get(ident)
         if running is not None and running.frame is not callback:
             self._ended(self._running.pop(ident))
@@ -244,53 +247,62 @@ class LoopMonitor:
             return
         running.seen += 1
         waits = _Waits(waited - running.waited, crowded)
-        held = _held(native, innermost, step, cpu - running.cpu, waits)
+        held = _held(native, seen, step, cpu - running.cpu, waits)
         running.held += max(0.0, held - (collected - running.collected))
         running.cpu, running.waited, running.collected = cpu, waited, collected
         if running.held > self.threshold:
             name = thread.name if thread is not None else str(ident)
-            where = _stack(innermost, callback)
-            self._stalls[running.key] = Stall(
-                name, running.held, _describe(innermost, callback), where
-            )
+            self._stalls[running.key] = Stall(name, running.held, seen.describe(), seen.stack())
 
     def _ended(self, running: _Running) -> None:
         if running.seen > 1:
             self.held.append(running.held)
 
 
-def _callback_frame(innermost: FrameType) -> FrameType | None:
-    """The frame of the innermost loop callback on this stack, if the thread runs one."""
-    frame: FrameType | None = innermost
-    while frame is not None:
-        if frame.f_code is _CALLBACK_CODE:
-            return frame
-        frame = frame.f_back
-    return None
+@dataclass(frozen=True)
+class _Seen:
+    """What one sample saw of a thread: the innermost loop callback it runs (None: none), and
+    the frames inside it (outermost first, as file, line and function), read in one pass."""
 
+    callback: FrameType | None
+    inside: tuple[tuple[str, int, str], ...] = ()
 
-def _describe(innermost: FrameType, callback: FrameType) -> str:
-    """The callback, by the code it runs (a task's coroutine, a callback's function). Read
-    from the frames' code only: the locals of a frame that another thread is running are
-    not read (copying them from a frame in flight is not safe)."""
-    frame: FrameType | None = innermost
-    outermost = None
-    while frame is not None and frame is not callback:
-        outermost, frame = frame, frame.f_back
-    if outermost is None:
-        return "a callback in C code"
-    code = outermost.f_code
-    return f"{code.co_qualname}() of {code.co_filename}:{code.co_firstlineno}"
+    @classmethod
+    def of(cls, innermost: FrameType) -> _Seen:
+        inside: list[tuple[str, int, str]] = []
+        frame: FrameType | None = innermost
+        while frame is not None:
+            code = frame.f_code
+            if code is _CALLBACK_CODE:
+                return cls(frame, tuple(reversed(inside)))
+            inside.append((code.co_filename, frame.f_lineno, code.co_qualname))
+            frame = frame.f_back
+        return cls(None)
 
+    @property
+    def innermost_file(self) -> str:
+        return self.inside[-1][0] if self.inside else ""
 
-def _stack(innermost: FrameType, callback: FrameType) -> str:
-    """The stack from the callback's own code to the innermost frame."""
-    inside: list[tuple[FrameType, int]] = []
-    frame: FrameType | None = innermost
-    while frame is not None and frame is not callback:
-        inside.append((frame, frame.f_lineno))
-        frame = frame.f_back
-    return "".join(traceback.StackSummary.extract(reversed(inside)).format())
+    def starting_a_thread(self) -> bool:
+        """Whether the thread waits in ``Thread.start`` for the new thread to begin (an
+        executor adding a worker, ``asyncio.to_thread``'s first calls): the new thread's wait
+        for a CPU, which the process's waits do not show until it has run."""
+        threading_py = f"{os.sep}threading.py"
+        return any(n == "Thread.start" and f.endswith(threading_py) for f, _, n in self.inside)
+
+    def describe(self) -> str:
+        """The callback, by the code it runs (a task's coroutine, a callback's function)."""
+        if not self.inside:
+            return "a callback in C code"
+        filename, line, name = self.inside[0]
+        return f"{name}() of {filename}:{line}"
+
+    def stack(self) -> str:
+        """The stack from the callback's own code to the innermost frame."""
+        summary = traceback.StackSummary.from_list(
+            [traceback.FrameSummary(f, line, n) for f, line, n in self.inside]
+        )
+        return "".join(summary.format())
 
 
 @dataclass(frozen=True)
@@ -302,9 +314,7 @@ class _Waits:
     longest: float
 
 
-def _held(
-    native: int | None, innermost: FrameType, step: float, cpu: float, waits: _Waits
-) -> float:
+def _held(native: int | None, seen: _Seen, step: float, cpu: float, waits: _Waits) -> float:
     """How much of the last `step` seconds a thread in a callback held its loop: the CPU it
     used, or, blocked in a call, all of the step but its wait for a CPU (and, blocked on a
     lock, the wait for a CPU of the thread that would release it: any of the process's);
@@ -315,9 +325,9 @@ def _held(
     if call == "running":  # on a CPU, or waiting for one
         return cpu
     if call == _FUTEX:
-        if not innermost.f_code.co_filename.endswith(_WAITS):
+        if not seen.innermost_file.endswith(_WAITS):
             return cpu  # the GIL: a lock waited for outside the threading module's waits
-        if _starting_a_thread(innermost):
+        if seen.starting_a_thread():
             return cpu  # waits for the OS to run the new thread: a CPU wait, not its own
         return max(cpu, step - waits.longest)
     return max(cpu, step - waits.own)
@@ -332,19 +342,6 @@ _WAITS = (
 )
 """Where a thread waits on a lock on purpose (``Condition.wait``, ``Thread.join``,
 ``Future.result``, ``Queue.get``): a futex wait there blocks; elsewhere it is the GIL's."""
-
-
-def _starting_a_thread(innermost: FrameType) -> bool:
-    """Whether the thread waits in ``Thread.start`` for the new thread to begin (an executor
-    adding a worker, ``asyncio.to_thread``'s first calls): the new thread's wait for a CPU,
-    which the process's waits do not show until it has run."""
-    frame: FrameType | None = innermost
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name == "start" and code.co_filename.endswith(f"{os.sep}threading.py"):
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _syscall(native: int | None) -> str | None:
