@@ -44,7 +44,7 @@ it is a lower bound (a monitor kept off the CPU for most of a stall can miss it)
 ``/proc`` is missing (not Linux), the wall time counts, and a loaded machine can then report
 stalls that are its own.
 
-A stall is reported with the stack where the callback was the last time it was seen past the
+A stall is reported with the stack where the callback was when it was first seen past the
 threshold: the line that blocks (``time.sleep(0.2)`` in the coroutine that called it, the
 ``future.result()`` a sync bridge waits on). ``held`` keeps the time of every callback seen in
 two samples or more, to measure what a workload's callbacks cost on a given machine.
@@ -61,7 +61,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Self
@@ -81,7 +81,7 @@ class Stall:
     callback: str
     """The callback, by the code it runs: a task's coroutine, a callback's function."""
     where: str
-    """The callback's stack the last time it was seen, outermost first."""
+    """The callback's stack when it first passed the threshold, outermost first."""
 
     def __str__(self) -> str:
         return (
@@ -251,8 +251,15 @@ class LoopMonitor:
         running.held += max(0.0, held - (collected - running.collected))
         running.cpu, running.waited, running.collected = cpu, waited, collected
         if running.held > self.threshold:
+            # where it was when it first passed the threshold: the line that held the loop
+            # (later it may have moved on, e.g. to an executor's shutdown after a result)
+            first = self._stalls.get(running.key)
             name = thread.name if thread is not None else str(ident)
-            self._stalls[running.key] = Stall(name, running.held, seen.describe(), seen.stack())
+            self._stalls[running.key] = (
+                Stall(name, running.held, seen.describe(), seen.stack())
+                if first is None
+                else replace(first, seconds=running.held)
+            )
 
     def _ended(self, running: _Running) -> None:
         if running.seen > 1:

@@ -23,6 +23,7 @@ from relay_integrations.server.logs import JsonFormatter
 from relay_integrations.server.metrics import RelayMetrics
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
 from tests.fakes.capable_model import capable_relay_config, capable_server
+from tests.fakes.clients import off_loop
 from tests.fakes.ports import refusing_port
 from tests.fakes.relay_http import ServedRelay, eventually, relay_http
 
@@ -172,7 +173,7 @@ def test_sampling_fields_reach_both_models_and_logit_bias_is_refused(
 
 
 async def test_the_async_client_gets_the_same_answer(served: ServedRelay) -> None:
-    async with openai.AsyncOpenAI(base_url=served.base_url, api_key="x") as client:
+    async with await off_loop(openai.AsyncOpenAI, base_url=served.base_url, api_key="x") as client:
         response = await client.chat.completions.create(model="large", messages=QUESTION)
     assert response.choices[0].message.content == ANSWER
     assert extra(response.choices[0].message, "reasoning")
@@ -224,7 +225,7 @@ def test_a_stream_sends_the_role_then_reasoning_then_content_then_usage(
 async def test_an_async_stream_without_include_usage_sends_no_usage_chunk(
     served: ServedRelay,
 ) -> None:
-    async with openai.AsyncOpenAI(base_url=served.base_url, api_key="x") as client:
+    async with await off_loop(openai.AsyncOpenAI, base_url=served.base_url, api_key="x") as client:
         stream = await client.chat.completions.create(
             model="large",
             messages=QUESTION,

@@ -31,6 +31,7 @@ from relay_integrations.server import RelayServer
 from relay_integrations.server.responses_request import RESPONSES_OFF_VALUES, RESPONSES_REFUSED
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedVLLM
 from tests.fakes.capable_model import capable_relay_config
+from tests.fakes.clients import off_loop
 from tests.fakes.relay_http import ServedRelay, relay_http
 
 QUESTION = "What is 7 * 6?"
@@ -384,7 +385,7 @@ def get_weather(city: str) -> str:
 
 async def test_the_agents_sdk_runs_an_agent_with_a_function_tool(served: ServedRelay) -> None:
     set_tracing_disabled(True)
-    async with openai.AsyncOpenAI(base_url=served.base_url, api_key="x") as client:
+    async with await off_loop(openai.AsyncOpenAI, base_url=served.base_url, api_key="x") as client:
         set_default_openai_client(client, use_for_tracing=False)
         agent = Agent(name="weather", instructions="Answer briefly.", model="large")
         agent = agent.clone(tools=[get_weather])
@@ -538,7 +539,9 @@ def test_a_whole_and_a_streamed_response_on_one_event_loop(served: ServedRelay) 
     """Both through the async client at once: the relay runs them side by side."""
 
     async def both() -> tuple[str, str]:
-        async with openai.AsyncOpenAI(base_url=served.base_url, api_key="x") as client:
+        async with await off_loop(
+            openai.AsyncOpenAI, base_url=served.base_url, api_key="x"
+        ) as client:
             whole = client.responses.create(model="large", input=QUESTION)
 
             async def streamed() -> str:

@@ -29,6 +29,7 @@ from relay_integrations.server.workers import WorkerStartError, serve_workers
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
 from tests.fakes.capable_model import capable_server
 from tests.fakes.chat_stream import QUESTION, stream_in_thread, streamed_content
+from tests.fakes.clients import off_loop
 from tests.fakes.ports import free_port
 from tests.fakes.relay_env import recording, relay_server_env
 
@@ -129,7 +130,9 @@ def test_openai_clients_get_whole_answers_from_two_workers() -> None:
         assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ANSWER
 
         async def both_ways_async() -> tuple[str | None, str]:
-            async with openai.AsyncOpenAI(base_url=base_url, api_key="unused") as aclient:
+            async with await off_loop(
+                openai.AsyncOpenAI, base_url=base_url, api_key="unused"
+            ) as aclient:
                 whole = await aclient.chat.completions.create(model="large", messages=MESSAGES)
                 stream = await aclient.chat.completions.create(
                     model="large",

@@ -25,6 +25,7 @@ from tests.fakes.canary import (  # noqa: F401  (autouse: every test carries the
     canary_everywhere,
     pytest_runtest_makereport,
 )
+from tests.fakes.clients import off_loop
 from tests.fakes.loop_stalls import loop_monitor, no_loop_stalls  # noqa: F401  (autouse)
 
 pytestmark = pytest.mark.vllm
@@ -139,7 +140,7 @@ PATIENT = httpx.Timeout(30)
 
 async def vllm_metric(root: str, name: str) -> float:
     """A vLLM metric from /metrics, summed over its labels (e.g. its model names)."""
-    async with httpx.AsyncClient(timeout=PATIENT) as client:
+    async with await off_loop(httpx.AsyncClient, timeout=PATIENT) as client:
         text = (await client.get(f"{root}/metrics")).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 

@@ -34,6 +34,7 @@ from relay_integrations.relay import (
     TextDelta,
 )
 from relay_integrations.testing import forced
+from tests.fakes.clients import off_loop
 from tests.fakes.ports import free_port
 from tests.fakes.relay_env import healthy
 
@@ -127,7 +128,7 @@ def servers_script(*args: str) -> None:
 
 
 async def workers_healthy(router: Server) -> bool:
-    async with httpx.AsyncClient(timeout=PATIENT) as client:
+    async with await off_loop(httpx.AsyncClient, timeout=PATIENT) as client:
         workers = (await client.get(f"{router.root}/workers")).json()["workers"]
     return len(workers) == 2 and all(worker["is_healthy"] for worker in workers)
 
@@ -143,7 +144,7 @@ async def replica_of_session(
     for _ in range(3):
         session = f"relay-{uuid.uuid4().hex}"
         before = await finished_per_replica(replicas)
-        async with httpx.AsyncClient(timeout=PATIENT) as client:
+        async with await off_loop(httpx.AsyncClient, timeout=PATIENT) as client:
             probe = await client.post(
                 f"{router.url}/completions",
                 headers={header: session},
@@ -247,7 +248,7 @@ async def test_relaygen_serve_with_two_workers_in_front_of_the_router(
 ) -> None:
     """The random models write what they like: the shape of each answer is checked, and the
     counts (requests in the relay's one scrape of /metrics, requests at the replicas)."""
-    client = openai.AsyncOpenAI(base_url=f"{served_on_router}/v1", api_key="unused")
+    client = await off_loop(openai.AsyncOpenAI, base_url=f"{served_on_router}/v1", api_key="unused")
     messages: Any = [{"role": "user", "content": "What is 5 + 7?"}]
     before = await finished_per_replica(replicas)
 
@@ -270,7 +271,7 @@ async def test_relaygen_serve_with_two_workers_in_front_of_the_router(
     await asyncio.gather(*(whole() for _ in range(4)), *(streamed() for _ in range(4)))
     await client.close()
 
-    async with httpx.AsyncClient(timeout=PATIENT) as http:
+    async with await off_loop(httpx.AsyncClient, timeout=PATIENT) as http:
         scrape = (await http.get(f"{served_on_router}/metrics")).text
     answered = 'relay_requests_total{path="/v1/chat/completions",status="200"} '
     assert [

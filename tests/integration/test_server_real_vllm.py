@@ -19,6 +19,7 @@ from relay_integrations.relay import EndpointConfig, RelayConfig, SamplingConfig
 from relay_integrations.relay.config import RequestHook
 from relay_integrations.server import RelayServer
 from relay_integrations.testing import forcing
+from tests.fakes.clients import off_loop
 from tests.fakes.relay_http import ServedRelay, relay_http
 
 from .conftest import Server, running_requests
@@ -131,7 +132,7 @@ def test_sync_stream_sends_reasoning_then_answer_then_usage(forced: ServedRelay)
 
 
 async def test_async_client_streamed_and_whole_agree(forced: ServedRelay) -> None:
-    client: Any = openai.AsyncOpenAI(base_url=forced.base_url, api_key="unused")
+    client: Any = await off_loop(openai.AsyncOpenAI, base_url=forced.base_url, api_key="unused")
     whole = await client.chat.completions.create(model=MODEL, messages=LONG_CHAT)
     stream = await client.chat.completions.create(model=MODEL, messages=LONG_CHAT, stream=True)
     pieces = [c.choices[0].delta.content or "" async for c in stream if c.choices]
@@ -212,7 +213,7 @@ async def test_a_client_that_disconnects_cancels_the_vllm_request(
         "max_tokens": 4000,
     }
     async with (
-        httpx.AsyncClient(timeout=60) as client,
+        await off_loop(httpx.AsyncClient, timeout=60) as client,
         client.stream("POST", f"{free.base_url}/chat/completions", json=body) as response,
     ):
         assert response.status_code == 200
