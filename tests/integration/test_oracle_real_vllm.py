@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
@@ -150,10 +150,7 @@ def _langchain_answer(model: Any, case: Case, stops: list[str]) -> Answer:
     kwargs = {"stop": stops} if stops else {}
     try:
         if case.stream:
-            chunks = list(bound.stream(messages, **kwargs))
-            message: AIMessage | AIMessageChunk = chunks[0]
-            for chunk in chunks[1:]:
-                message = message + chunk
+            message: AIMessage | AIMessageChunk = _whole(bound.stream(messages, **kwargs))
         else:
             message = bound.invoke(messages, **kwargs)
     except Exception as error:
@@ -172,6 +169,14 @@ def _langchain_answer(model: Any, case: Case, stops: list[str]) -> Answer:
     )
 
 
+def _whole(chunks: Iterable[AIMessageChunk]) -> AIMessageChunk:
+    """A streamed message, its chunks added up as LangChain adds them."""
+    message, *rest = chunks
+    for chunk in rest:
+        message = message + chunk
+    return message
+
+
 def chat_openai(target: Target, case: Case) -> ChatOpenAI:
     return ChatOpenAI(
         base_url=target.url,
@@ -186,22 +191,28 @@ def chat_openai(target: Target, case: Case) -> ChatOpenAI:
     )
 
 
+def relay_fields(target: Target, case: Case) -> dict[str, Any]:
+    """The fields of either adapter for `case`: both roles on one model, the server's
+    sampling defaults, the words grammar as the answer's request hook."""
+    return {
+        "large_url": target.url,
+        "large_model": target.large,
+        "small_url": target.url,
+        "small_model": target.small,
+        "cues": ["Therefore,", "Now"],
+        "temperature": case.temperature,
+        "top_p": 1.0,  # the server's defaults, which ChatOpenAI leaves in place (ON_PURPOSE)
+        "top_k": None,
+        "seed": case.seed,
+        "max_tokens": case.max_tokens,
+        "chat_template_kwargs": NO_THINKING,
+        "request_hook": _words_hook if case.format == "words" else None,
+        "max_retries": 0,
+    }
+
+
 def relay_chat_model(target: Target, case: Case) -> RelayChatModel:
-    return RelayChatModel(
-        large_url=target.url,
-        large_model=target.large,
-        small_url=target.url,
-        small_model=target.small,
-        cues=["Therefore,", "Now"],
-        temperature=case.temperature,
-        top_p=1.0,  # the server's defaults, which ChatOpenAI leaves in place (ON_PURPOSE)
-        top_k=None,
-        seed=case.seed,
-        max_tokens=case.max_tokens,
-        chat_template_kwargs=NO_THINKING,
-        request_hook=_words_hook if case.format == "words" else None,
-        max_retries=0,
-    )
+    return RelayChatModel(**relay_fields(target, case))
 
 
 def _words_hook(role: ModelRole, phase: Phase, transcript: str) -> dict[str, Any]:
@@ -424,23 +435,7 @@ def openai_like(target: Target, case: Case) -> OpenAILike:
 
 
 def relay_llm(target: Target, case: Case) -> RelayLLM:
-    fields = relay_chat_model(target, case).model_dump(
-        include={
-            "large_url",
-            "large_model",
-            "small_url",
-            "small_model",
-            "cues",
-            "temperature",
-            "top_p",
-            "top_k",
-            "seed",
-            "max_tokens",
-            "chat_template_kwargs",
-            "max_retries",
-        }
-    )
-    return RelayLLM(**fields, request_hook=_words_hook if case.format == "words" else None)
+    return RelayLLM(**relay_fields(target, case))
 
 
 @pytest.mark.parametrize("case", LLAMA_MATRIX, ids=lambda case: case.id)
@@ -528,10 +523,7 @@ def test_after_switches_the_answer_is_the_one_the_model_writes_after_that_reason
     with relay:
         chat = convert_to_messages(messages)
         if stream:
-            chunks = list(relay.stream(chat))
-            message: Any = chunks[0]
-            for chunk in chunks[1:]:
-                message = message + chunk
+            message: Any = _whole(relay.stream(chat))
         else:
             message = relay.invoke(chat)
     summary = message.response_metadata["relay"]
