@@ -14,12 +14,12 @@ pytest-asyncio, ``run_until_complete`` in sync code, a library's own background 
     monitor.check()        # raises LoopStalled naming each stall's callback and stack
     monitor.stalls         # or read them: Stall(thread, seconds, callback, where)
 
-How it works: a thread of its own samples the stack of every thread every ``interval`` seconds
-(``sys._current_frames()``). A thread whose stack holds asyncio's ``Handle._run`` is running a
-loop's callback, the innermost such frame being the callback now running; a loop waiting for
-I/O is in its selector's poll, outside any callback, and is never counted. The same
-``Handle._run`` frame seen in successive samples is one callback still running, and each
-interval between two samples adds what the callback's thread did with it:
+How it works: while a monitor watches, asyncio's ``Handle._run`` (every loop callback runs
+in it, tasks' steps included) numbers each callback it runs and notes the number by thread; a
+thread of the monitor's own reads those numbers every ``interval`` seconds. A loop waiting for
+I/O is in its selector's poll, outside any callback, and is never counted. The same number
+seen in successive samples is one callback still running, and each interval between two
+samples adds what the callback's thread did with it:
 
 - blocked in a system call (``time.sleep``, a socket's ``connect`` or ``recv``): the whole
   interval, but the time the thread then waited for a CPU;
@@ -44,30 +44,33 @@ it is a lower bound (a monitor kept off the CPU for most of a stall can miss it)
 ``/proc`` is missing (not Linux), the wall time counts, and a loaded machine can then report
 stalls that are its own.
 
-A stall is reported with the stack where the callback was when it was first seen past the
-threshold: the line that blocks (``time.sleep(0.2)`` in the coroutine that called it, the
-``future.result()`` a sync bridge waits on). ``held`` keeps the time of every callback seen in
-two samples or more, to measure what a workload's callbacks cost on a given machine.
+Stacks are read with :func:`faulthandler.dump_traceback`, which walks every thread's frames in
+C while holding the GIL: a consistent picture, where walking another thread's frames in
+Python (``sys._current_frames()`` and ``f_back``) lets that thread run between two steps of
+the walk and can crash the interpreter. A stall is reported with the stack where the
+callback was when it was first seen past the threshold: the line that blocks
+(``time.sleep(0.2)`` in the coroutine that called it, the ``future.result()`` a sync bridge
+waits on). ``held`` keeps the time of every callback seen in two samples or more, to measure
+what a workload's callbacks cost on a given machine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import gc
 import itertools
 import os
 import platform
-import sys
+import re
+import tempfile
 import threading
 import time
 import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import Self
-
-_CALLBACK_CODE = asyncio.events.Handle._run.__code__
-"""The code of the frame every loop callback runs in (tasks' steps included)."""
+from types import TracebackType
+from typing import IO, Self
 
 
 @dataclass(frozen=True)
@@ -100,11 +103,10 @@ class LoopStalled(AssertionError):
 
 @dataclass
 class _Running:
-    """The callback a loop thread was last seen running, and what its thread had used of the
-    CPU (on it, waiting for it) at the last sample."""
+    """The callback a loop thread was last seen running (by its number), and what its thread
+    had used of the CPU (on it, waiting for it) at the last sample."""
 
-    frame: FrameType
-    key: int
+    number: int
     cpu: float
     waited: float
     collected: float
@@ -126,9 +128,8 @@ class LoopMonitor:
         self.held: list[float] = []
         """Seconds each callback held its thread, for every callback seen in two samples or
         more (waiting for a CPU left out)."""
-        self._stalls: dict[int, Stall] = {}  # by callback: one report each, at its longest
+        self._stalls: dict[int, Stall] = {}  # by callback number: one report each, at its longest
         self._running: dict[int, _Running] = {}
-        self._keys = itertools.count()
         self._collecting: dict[int, float] = {}  # thread -> when its collection started
         self._collected: dict[int, float] = {}  # thread -> seconds spent collecting garbage
         self._lock = threading.Lock()
@@ -156,6 +157,7 @@ class LoopMonitor:
 
     def start(self) -> Self:
         if self._thread is None:
+            _numbering(+1)
             gc.callbacks.append(self._garbage_collected)
             self._stop.clear()
             self._thread = threading.Thread(target=self._watch, name="loop-monitor", daemon=True)
@@ -168,6 +170,7 @@ class LoopMonitor:
             self._stop.set()
             thread.join()
             gc.callbacks.remove(self._garbage_collected)
+            _numbering(-1)
         with self._lock:
             for running in self._running.values():
                 self._ended(running)
@@ -200,63 +203,64 @@ class LoopMonitor:
         return self._collected.get(ident, 0.0) + (now - started if started is not None else 0.0)
 
     def _watch(self) -> None:
-        me = threading.get_ident()
         last, queued = time.monotonic(), _queued()
-        while not self._stop.wait(self.interval):
-            now, queued_now = time.monotonic(), _queued()
-            step, last = now - last, now
-            # the longest any thread of the process waited for a CPU in this step
-            crowded = max(
-                (queued_now[t] - queued.get(t, queued_now[t]) for t in queued_now), default=0.0
-            )
-            queued = queued_now
-            # Every stack is read at once, before anything below lets another thread run
-            # (reading /proc releases the GIL): a frame read after its thread moved on may
-            # be a suspended coroutine's, whose link to its caller no longer holds.
-            frames = sys._current_frames()
-            seen = {i: _Seen.of(frame) for i, frame in frames.items() if i != me}
-            del frames  # frames hold their threads' locals: keep none past the sample
-            threads = {t.ident: t for t in threading.enumerate()}
-            with self._lock:
-                for ident in list(self._running):
-                    if ident not in seen:  # the thread ended
-                        self._ended(self._running.pop(ident))
-                for ident, snapshot in seen.items():
-                    self._sample(ident, snapshot, threads.get(ident), step, crowded)
+        with tempfile.TemporaryFile() as dump:
+            while not self._stop.wait(self.interval):
+                now, queued_now = time.monotonic(), _queued()
+                step, last = now - last, now
+                # the longest any thread of the process waited for a CPU in this step
+                crowded = max(
+                    (queued_now[t] - queued.get(t, queued_now[t]) for t in queued_now),
+                    default=0.0,
+                )
+                queued = queued_now
+                numbers = _RUNNING.copy()
+                with self._lock:
+                    for ident in list(self._running):
+                        running = self._running[ident]
+                        if numbers.get(ident) != running.number:  # ended, another one runs
+                            self._ended(self._running.pop(ident))
+                    going = any(ident in self._running for ident in numbers)
+                    stacks = _stacks(dump) if going else {}  # only a callback seen before needs one
+                    threads = {t.ident: t for t in threading.enumerate()}
+                    for ident, number in numbers.items():
+                        if _RUNNING.get(ident) != number:  # it ended while the stacks were read
+                            if ident in self._running:
+                                self._ended(self._running.pop(ident))
+                            continue
+                        thread = threads.get(ident)
+                        self._sample(ident, number, stacks.get(ident), thread, step, crowded)
 
     def _sample(
         self,
         ident: int,
-        seen: _Seen,
+        number: int,
+        stack: _Stack | None,
         thread: threading.Thread | None,
         step: float,
         crowded: float,
     ) -> None:
-        callback = seen.callback
-        running = self._running.get(ident)
-        if running is not None and running.frame is not callback:
-            self._ended(self._running.pop(ident))
-            running = None
-        if callback is None:
-            return
         native = thread.native_id if thread is not None else None
         cpu, waited = _schedstat(native)
         collected = self._collecting_time(ident, time.monotonic())
+        running = self._running.get(ident)
         if running is None:
-            self._running[ident] = _Running(callback, next(self._keys), cpu, waited, collected)
+            self._running[ident] = _Running(number, cpu, waited, collected)
+            return
+        if stack is None:  # the thread was not in the dump (it is ending): nothing to add
             return
         running.seen += 1
         waits = _Waits(waited - running.waited, crowded)
-        held = _held(native, seen, step, cpu - running.cpu, waits)
+        held = _held(native, stack, step, cpu - running.cpu, waits)
         running.held += max(0.0, held - (collected - running.collected))
         running.cpu, running.waited, running.collected = cpu, waited, collected
         if running.held > self.threshold:
             # where it was when it first passed the threshold: the line that held the loop
             # (later it may have moved on, e.g. to an executor's shutdown after a result)
-            first = self._stalls.get(running.key)
+            first = self._stalls.get(number)
             name = thread.name if thread is not None else str(ident)
-            self._stalls[running.key] = (
-                Stall(name, running.held, seen.describe(), seen.stack())
+            self._stalls[number] = (
+                Stall(name, running.held, stack.describe(), stack.format())
                 if first is None
                 else replace(first, seconds=running.held)
             )
@@ -266,36 +270,86 @@ class LoopMonitor:
             self.held.append(running.held)
 
 
-@dataclass(frozen=True)
-class _Seen:
-    """What one sample saw of a thread: the innermost loop callback it runs (None: none), and
-    the frames inside it (outermost first, as file, line and function), read in one pass."""
+# -- numbering the loops' callbacks -------------------------------------------------------------
 
-    callback: FrameType | None
-    inside: tuple[tuple[str, int, str], ...] = ()
+_RUNNING: dict[int, int] = {}
+"""Thread -> the number of the innermost loop callback it runs (while a monitor watches)."""
+_NUMBERS = itertools.count(1)
+_HANDLE_RUN = asyncio.events.Handle._run
+_watching = 0
+_watching_lock = threading.Lock()
+
+
+def _numbered_run(handle: asyncio.Handle) -> None:
+    """``Handle._run``, noting the callback's number for its thread while it runs."""
+    ident = threading.get_ident()
+    outer = _RUNNING.get(ident)  # a loop run inside another loop's callback
+    _RUNNING[ident] = next(_NUMBERS)
+    try:
+        _HANDLE_RUN(handle)
+    finally:
+        if outer is None:
+            del _RUNNING[ident]
+        else:
+            _RUNNING[ident] = outer
+
+
+def _numbering(change: int) -> None:
+    """Count a monitor in (+1) or out (-1): callbacks are numbered while any watches."""
+    global _watching
+    with _watching_lock:
+        _watching += change
+        asyncio.events.Handle._run = _numbered_run if _watching else _HANDLE_RUN  # type: ignore[method-assign,assignment]
+
+
+# -- stacks -------------------------------------------------------------------------------------
+
+_THREAD_LINE = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+)")
+_FRAME_LINE = re.compile(r'^  File "(.*)", line (\d+|\?\?\?) in (.*)$')
+_EVENTS_PY = f"asyncio{os.sep}events.py"
+
+
+def _stacks(dump: IO[bytes]) -> dict[int, _Stack]:
+    """Every thread's stack, read at once (``faulthandler`` walks them in C, GIL held)."""
+    dump.seek(0)
+    dump.truncate()
+    faulthandler.dump_traceback(dump, all_threads=True)
+    dump.seek(0)
+    stacks: dict[int, list[tuple[str, int, str]]] = {}
+    frames: list[tuple[str, int, str]] = []
+    for line in dump.read().decode("utf-8", "replace").splitlines():
+        if thread := _THREAD_LINE.match(line):
+            frames = stacks.setdefault(int(thread[1], 16), [])
+        elif frame := _FRAME_LINE.match(line):
+            line_number = int(frame[2]) if frame[2].isdigit() else 0
+            frames.append((frame[1], line_number, frame[3]))
+    return {ident: _Stack.of(innermost_first) for ident, innermost_first in stacks.items()}
+
+
+@dataclass(frozen=True)
+class _Stack:
+    """A thread's frames inside the innermost loop callback it runs (outermost first, as file,
+    line and function), and its innermost file."""
+
+    inside: tuple[tuple[str, int, str], ...]
+    innermost_file: str
 
     @classmethod
-    def of(cls, innermost: FrameType) -> _Seen:
+    def of(cls, innermost_first: list[tuple[str, int, str]]) -> _Stack:
         inside: list[tuple[str, int, str]] = []
-        frame: FrameType | None = innermost
-        while frame is not None:
-            code = frame.f_code
-            if code is _CALLBACK_CODE:
-                return cls(frame, tuple(reversed(inside)))
-            inside.append((code.co_filename, frame.f_lineno, code.co_qualname))
-            frame = frame.f_back
-        return cls(None)
-
-    @property
-    def innermost_file(self) -> str:
-        return self.inside[-1][0] if self.inside else ""
+        for frame in innermost_first:
+            if frame[2] == "_run" and frame[0].endswith(_EVENTS_PY):
+                break
+            inside.append(frame)
+        innermost = innermost_first[0][0] if innermost_first else ""
+        return cls(tuple(reversed(inside)), innermost)
 
     def starting_a_thread(self) -> bool:
         """Whether the thread waits in ``Thread.start`` for the new thread to begin (an
         executor adding a worker, ``asyncio.to_thread``'s first calls): the new thread's wait
         for a CPU, which the process's waits do not show until it has run."""
         threading_py = f"{os.sep}threading.py"
-        return any(n == "Thread.start" and f.endswith(threading_py) for f, _, n in self.inside)
+        return any(n == "start" and f.endswith(threading_py) for f, _, n in self.inside)
 
     def describe(self) -> str:
         """The callback, by the code it runs (a task's coroutine, a callback's function)."""
@@ -304,7 +358,7 @@ class _Seen:
         filename, line, name = self.inside[0]
         return f"{name}() of {filename}:{line}"
 
-    def stack(self) -> str:
+    def format(self) -> str:
         """The stack from the callback's own code to the innermost frame."""
         summary = traceback.StackSummary.from_list(
             [traceback.FrameSummary(f, line, n) for f, line, n in self.inside]
@@ -321,7 +375,7 @@ class _Waits:
     longest: float
 
 
-def _held(native: int | None, seen: _Seen, step: float, cpu: float, waits: _Waits) -> float:
+def _held(native: int | None, stack: _Stack, step: float, cpu: float, waits: _Waits) -> float:
     """How much of the last `step` seconds a thread in a callback held its loop: the CPU it
     used, or, blocked in a call, all of the step but its wait for a CPU (and, blocked on a
     lock, the wait for a CPU of the thread that would release it: any of the process's);
@@ -332,9 +386,9 @@ def _held(native: int | None, seen: _Seen, step: float, cpu: float, waits: _Wait
     if call == "running":  # on a CPU, or waiting for one
         return cpu
     if call == _FUTEX:
-        if not seen.innermost_file.endswith(_WAITS):
+        if not stack.innermost_file.endswith(_WAITS):
             return cpu  # the GIL: a lock waited for outside the threading module's waits
-        if seen.starting_a_thread():
+        if stack.starting_a_thread():
             return cpu  # waits for the OS to run the new thread: a CPU wait, not its own
         return max(cpu, step - waits.longest)
     return max(cpu, step - waits.own)
