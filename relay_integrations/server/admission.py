@@ -65,6 +65,7 @@ def _result_fields(result: RelayResult) -> dict[str, Any]:
         "finish_reason": result.finish_reason,
         "large_share": round(result.stats.large_share, 4),
         "switches": result.stats.switches,
+        "degraded": result.stats.degraded,  # in full here; clients get the relay's words
         "prompt_tokens": result.prompt_tokens,
         "cached_tokens": result.cached_tokens,
         "completion_tokens": result.completion_tokens,

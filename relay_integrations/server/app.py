@@ -287,7 +287,8 @@ class RelayServer:
         """Readiness (``/health``, ``/readyz``): 200 when the upstream servers answer
         ``/v1/models``: ``"ok"`` with both, ``"degraded"`` with the large one alone (it
         writes everything; unless ``SwitchPolicy.on_small_failure`` is ``"raise"``); 503
-        with the reason if not, and while draining. The checks go on the relay's own
+        if not, and while draining. Each model's state is ``"ok"`` or ``"unavailable"``: why
+        goes to the log (it may quote the upstream). The checks go on the relay's own
         connections, and one answers every probe for ``health_cache_seconds`` (probes that
         arrive together share it)."""
         if self.draining:
@@ -350,12 +351,22 @@ class RelayServer:
         return large, small
 
     async def _probe(self, role: ModelRole) -> str:
+        """``"ok"`` or ``"unavailable"``: why not goes to the log, not to whoever probes (it
+        can quote the upstream, or a proxy naming the hosts behind it)."""
         timeout = self.settings.health_timeout
         try:
             async with asyncio.timeout(timeout):
-                return await self.switcher.endpoints[role].probe()
+                said = await self.switcher.endpoints[role].probe()
         except TimeoutError:
-            return f"unreachable: no answer within {timeout:g} s"
+            said = f"no answer within {timeout:g} s"
+        if said == "ok":
+            return said
+        endpoint = self.config.endpoint(role).base_url
+        log.warning(
+            f"health check: the {role} model's server is unavailable: {said}",
+            extra={"fields": {"upstream": endpoint}},
+        )
+        return "unavailable"
 
 
 class RequestContext:

@@ -25,6 +25,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Literal, Protocol, TypeVar
 
+import openai
 from starlette.types import Receive, Scope, Send
 
 from ..chat.exchange import ChatEvent, ChatRequest, ChatResponse, stream_chat
@@ -32,10 +33,12 @@ from ..relay.errors import ContextOverflowError, CueArtifactError, EndpointError
 from ..relay.final_event import final_event
 from ..relay.result import RelayResult
 from ..relay.switcher import RelaySwitcher
+from ..upstream.endpoint import UpstreamFailure
 from ..upstream.errors import InvalidChatError
 from .admission import Admission
 from .errors import ApiError
 from .logs import log, request_id
+from .public import client_partial
 
 T = TypeVar("T")
 RETRY_SOON = {"retry-after": "1"}
@@ -168,50 +171,87 @@ class GenerationResponse:
         return response
 
     def _api_error(self, failure: Exception) -> ApiError:
-        """The client's view of a failed generation; its partial result is kept and sent."""
+        """The client's view of a failed generation; its partial result is kept and sent.
+        The log gets the failure in full (the upstream's address and words), the client the
+        relay's own words (:func:`upstream_error`)."""
         if isinstance(failure, ApiError):
             return failure
         if isinstance(failure, EndpointError) and failure.partial is not None:
             self.result = failure.partial
         error = upstream_error(failure)
         self.admission.metrics.errors.labels(error.code or error.kind).inc()
-        if error.status >= 500:
-            fields: dict[str, Any] = {"status": error.status}
-            if isinstance(failure, EndpointError):
-                fields["upstream"] = self.switcher.config.endpoint(failure.role).base_url
+        fields: dict[str, Any] = {"status": error.status, "code": error.code}
+        if isinstance(failure, EndpointError):
+            fields["upstream"] = self.switcher.config.endpoint(failure.role).base_url
+        if error.status >= 500 or isinstance(failure, EndpointError | InvalidChatError):
             log.warning("generation failed", exc_info=failure, extra={"fields": fields})
         if self.result is not None and isinstance(failure, EndpointError):
-            error.extra["relay"] = {"partial": self.result.model_dump(mode="json")}
+            error.extra["relay"] = {"partial": client_partial(self.result)}
         return error
 
 
 def upstream_error(failure: Exception) -> ApiError:
-    """The status and message a client gets for a failure of the relay or its upstreams."""
+    """The status and message a client gets for a failure of the relay or its upstreams.
+
+    In the relay's own words: which model's server, what kind of failure (with the status it
+    answered, a number), what the client can do, and the request id under which the server's
+    log keeps the rest. Never the upstream's words or address: an error body can name hosts
+    behind a proxy, or say anything at all::
+
+        upstream_error(failure).body()
+        # {"error": {"message": "the large model's server is unavailable: it answered 502 ...
+    """
+    where = f" (request id {request_id.get()}: the relay's log has the details)"
     if isinstance(failure, InvalidChatError):
-        return ApiError(400, str(failure), param="messages", code="invalid_chat")
-    if isinstance(failure, ContextOverflowError):  # as OpenAI and vLLM name it
+        message = (
+            "the model's chat template refused these messages or tools: check the order of "
+            "the roles, that each tool call is answered by one tool message, and the tools' "
+            f"schemas{where}"
+        )
+        return ApiError(400, message, param="messages", code="invalid_chat")
+    if isinstance(failure, ContextOverflowError):  # the relay's words; as OpenAI and vLLM name it
         return ApiError(400, str(failure), param="messages", code="context_length_exceeded")
     if isinstance(failure, CueArtifactError):  # its path and the models' roots: the log's
-        message = (
-            "relay misconfigured: its cue set does not fit the models it serves; the server's "
-            f"log says why (request id {request_id.get()})"
-        )
+        message = f"relay misconfigured: its cue set does not fit the models it serves{where}"
         return ApiError(500, message, code="relay_misconfigured")
     if isinstance(failure, EndpointError):
-        # the role and the request id, never the upstream's address (the log has it)
-        server = f"the {failure.role} model's server"
-        where = f" (request id {request_id.get()})"
-        if failure.kind == "rejected":
-            message = f"{server} refused the request: {failure.reason}{where}"
-            return ApiError(400, message, code="upstream_rejected_request")
-        if failure.kind == "timeout":
-            message = f"{server} timed out: {failure.reason}{where}"
-            return ApiError(504, message, code="upstream_timeout")
-        message = f"{server} is unavailable: {failure.reason}{where}"
-        if failure.kind == "unavailable":  # known down: a retry elsewhere, or soon, may pass
-            return ApiError(503, message, code="upstream_unavailable", headers=RETRY_SOON)
-        return ApiError(502, message, code="upstream_failed")
+        return _endpoint_error(failure, where)
     return ApiError(500, f"internal error: {type(failure).__name__}", code="internal_error")
+
+
+def _endpoint_error(failure: EndpointError, where: str) -> ApiError:
+    server = f"the {failure.role} model's server"
+    cause = failure.__cause__
+    answered = ""
+    if isinstance(cause, UpstreamFailure) and isinstance(cause.cause, openai.APIStatusError):
+        answered = f" (it answered {cause.cause.status_code})"
+    kept = " The text written before the failure is in relay.partial." if failure.partial else ""
+    if failure.kind == "rejected":
+        message = (
+            f"{server} refused the request{answered}{where}: a field of it (a sampling value, "
+            f"a stop string, the token budget) may be beyond what that server allows.{kept}"
+        )
+        return ApiError(400, message, code="upstream_rejected_request")
+    if failure.kind == "timeout":
+        message = f"{server} timed out: it sent nothing in time{where}; retry later.{kept}"
+        return ApiError(504, message, code="upstream_timeout")
+    if failure.kind == "unavailable":  # known down: a retry elsewhere, or soon, may pass
+        message = (
+            f"{server} is known down: requests found it out, so this one was not sent{where}; "
+            f"retry in a few seconds or on another replica.{kept}"
+        )
+        return ApiError(503, message, code="upstream_unavailable", headers=RETRY_SOON)
+    if answered:
+        what = answered.strip(" ()")
+    elif isinstance(cause, UpstreamFailure) and cause.outage:
+        what = "no connection to it, or the connection was lost"
+    else:
+        what = "it failed the request (an error event, a broken stream, or an answer not vLLM's)"
+    message = (
+        f"{server} is unavailable: {what}{where}; retry in a few seconds or on another "
+        f"replica.{kept}"
+    )
+    return ApiError(502, message, code="upstream_failed")
 
 
 async def _send_json(

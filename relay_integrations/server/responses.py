@@ -28,6 +28,7 @@ from ..chat.exchange import (
 )
 from ..chat.tool_calls import InvalidToolCall, ToolCall
 from .errors import ApiError
+from .public import client_summary
 
 
 def tool_call(call: ToolCall | InvalidToolCall) -> dict[str, Any]:
@@ -156,7 +157,7 @@ def _data(chunk: dict[str, Any]) -> bytes:
 
 
 def _relay_fields(response: ChatResponse) -> dict[str, Any]:
-    fields = response.result.summary()
+    fields = client_summary(response.result)
     if response.invalid_tool_calls:
         fields["invalid_tool_calls"] = [
             {**tool_call(call), "error": call.error} for call in response.invalid_tool_calls

@@ -43,6 +43,7 @@ from ..chat.tool_calls import ToolCall
 from ..relay.result import RelayResult
 from ..upstream.config import ModelRole
 from .errors import ApiError
+from .public import client_summary
 
 ItemKind = Literal["reasoning", "message"]
 Status = Literal["in_progress", "completed", "incomplete", "failed"]
@@ -278,7 +279,7 @@ class ResponsesWire:
         if status in ("completed", "incomplete"):
             body["completed_at"] = int(time.time())
         if response is not None:
-            fields = response.result.summary()
+            fields = client_summary(response.result)
             if response.invalid_tool_calls:
                 fields["invalid_tool_calls"] = [
                     {"text": call.text, "error": call.error} for call in response.invalid_tool_calls

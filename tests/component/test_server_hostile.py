@@ -1,0 +1,221 @@
+"""``relaygen serve`` under hostile upstreams and clients.
+
+- **Upstream words stay in the log.** An upstream's error body (a proxy's 502 page naming the
+  host behind it, vLLM quoting its own URL, an error event, anything at all) never reaches a
+  remote client: not in a JSON error, an SSE error event, a Responses API failure, ``relay``
+  fields, ``/health``, ``/readyz``, ``/v1/models`` or ``/metrics``, nor in what later clients
+  are told while the server is known down. The log keeps it.
+- **A client that reads slowly, or not at all.** The send timeout runs on progress: a client
+  that accepts bytes keeps its stream however slowly it reads; one that accepts nothing for
+  ``--send-timeout`` seconds is dropped, however little the server has written (no waiting
+  for the socket buffers to fill).
+- **Connections are capped**, in all and per client address: one more is answered 503 with
+  ``Retry-After`` and closed.
+- **One failed probe, one refused request**, do not turn other clients away.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from starlette.requests import Request
+from starlette.responses import Response
+
+from relay_integrations.relay import EndpointConfig, RelayConfig, SwitchPolicy
+from relay_integrations.server import RelayServer, ServerSettings
+from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM, serving
+from tests.fakes.capable_model import CAPABLE_CUES, capable
+from tests.fakes.relay_http import ServedRelay, relay_http
+
+QUESTION = [{"role": "user", "content": "What is 7 * 6?"}]
+ADDRESS = "10.9.8.7:8001"
+WORDS = "upstream-words-7f3a"
+"""What the hostile upstream writes into its error bodies; no answer byte may carry either."""
+
+
+# --- a hostile upstream ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hostile:
+    """The next `repeat` answers of `route` for `role`'s model: `status` with `body`."""
+
+    route: str
+    role: str
+    status: int
+    body: str
+    content_type: str = "application/json"
+    repeat: int = 1
+
+
+class HostileVLLM(ScriptedVLLM):
+    """The capable scripted pair, whose next answers on a route can be replaced by
+    :class:`Hostile` ones (``/v1/models`` for either role: it serves both models)."""
+
+    def __init__(self) -> None:
+        super().__init__(*(ScriptedModel(name, "", respond=capable) for name in ("large", "small")))
+        self.planned: list[Hostile] = []
+
+    def plan(self, hostile: Hostile) -> None:
+        self.planned.extend([hostile] * hostile.repeat)
+
+    async def _planned(self, request: Request, route: str) -> Response | None:
+        model = None if route == "/v1/models" else (await request.json()).get("model")
+        for index, hostile in enumerate(self.planned):
+            if hostile.route == route and model in (None, hostile.role):
+                del self.planned[index]
+                return Response(hostile.body, hostile.status, media_type=hostile.content_type)
+        return None
+
+    async def _models(self, request: Request) -> Response:
+        return await self._planned(request, "/v1/models") or await super()._models(request)
+
+    async def _tokenize(self, request: Request) -> Response:
+        return await self._planned(request, "/tokenize") or await super()._tokenize(request)
+
+    async def _completions(self, request: Request) -> Response:
+        planned = await self._planned(request, "/v1/completions")
+        return planned or await super()._completions(request)
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[HostileVLLM]:
+    with serving(HostileVLLM()) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def served(hostile: HostileVLLM) -> Iterator[ServedRelay]:
+    fast = {"max_retries": 0, "read_timeout": 5.0, "probe_interval": 0.05}
+    config = RelayConfig(
+        large=EndpointConfig(base_url=hostile.base_url, model="large", **fast),
+        small=EndpointConfig(base_url=hostile.base_url, model="small", **fast),
+        cues=CAPABLE_CUES,
+        policy=SwitchPolicy(cooldown_tokens=0, resume_wait_seconds=0.5),
+    )
+    with relay_http(RelayServer(config, ServerSettings(health_cache_seconds=0))) as running:
+        yield running
+
+
+def event(payload: Any) -> str:
+    return f"data: {json.dumps(payload)}\n\n"
+
+
+def chunk(text: str) -> dict[str, Any]:
+    choice = {"index": 0, "text": text, "finish_reason": None, "stop_reason": None}
+    return {"id": "c", "object": "text_completion", "model": "large", "choices": [choice]}
+
+
+PROXY_PAGE = (
+    "<html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad Gateway</h1>"
+    f"<p>upstream {ADDRESS} refused the connection ({WORDS})</p><hr>nginx</body></html>"
+)
+VLLM_400 = json.dumps(
+    {
+        "error": {
+            "message": f"model 'large' at http://{ADDRESS}/v1 cannot take this ({WORDS})",
+            "type": "BadRequestError",
+            "code": 400,
+        }
+    }
+)
+SSE = "text/event-stream"
+
+
+def error_bodies() -> st.SearchStrategy[tuple[str, str]]:
+    """Error bodies carrying the marks, as servers, proxies and gateways write them."""
+    said = st.sampled_from(
+        [
+            f"http://{ADDRESS}/v1 said no ({WORDS})",
+            f"{WORDS} at {ADDRESS}",
+            f"upstream connect error or disconnect/reset before headers. {ADDRESS} {WORDS}",
+        ]
+    )
+    return st.one_of(
+        said.map(lambda text: (json.dumps({"error": {"message": text, "code": 400}}), "json")),
+        said.map(lambda text: (json.dumps({"detail": text}), "json")),
+        said.map(lambda text: (json.dumps({"message": text}), "json")),
+        said.map(lambda text: (json.dumps({"error": text}), "json")),
+        said.map(lambda text: (f"<html><body>{text}</body></html>", "html")),
+        said.map(lambda text: (text, "text")),
+    )
+
+
+@st.composite
+def hostile_answers(draw: st.DrawFn) -> Hostile:
+    route = draw(st.sampled_from(["/v1/completions", "/tokenize", "/v1/models"]))
+    role = draw(st.sampled_from(["large", "small"]))
+    repeat = draw(st.integers(1, 12))
+    if route == "/v1/completions" and draw(st.booleans()):  # an error event in a 200 stream
+        said = draw(st.sampled_from([f"{WORDS} {ADDRESS}", f"http://{ADDRESS}/v1 {WORDS}"]))
+        before = draw(st.sampled_from([[], [chunk("The user")]]))
+        body = "".join(event(c) for c in before) + event({"error": {"message": said}})
+        return Hostile(route, role, 200, body, SSE, repeat)
+    status = draw(st.sampled_from([400, 401, 404, 413, 422, 429, 500, 502, 503, 504]))
+    body, kind = draw(error_bodies())
+    content_type = {"json": "application/json", "html": "text/html", "text": "text/plain"}[kind]
+    return Hostile(route, role, status, body, content_type, repeat)
+
+
+def every_answer(served: ServedRelay) -> list[bytes]:
+    """What clients get from every surface: chat completions and responses, whole and
+    streamed (each sent twice: later clients too), then the probes, models and metrics."""
+    answers = []
+    with httpx.Client(base_url=served.url, timeout=30) as client:
+        for _ in range(2):
+            for path, body in (
+                ("/v1/chat/completions", {"model": "large", "messages": QUESTION}),
+                ("/v1/responses", {"model": "large", "input": QUESTION}),
+            ):
+                for stream in (False, True):
+                    with client.stream("POST", path, json={**body, "stream": stream}) as response:
+                        answers.append(bytes(response.read()))
+                        answers.append(str(response.headers).encode())
+        for path in ("/health", "/readyz", "/v1/models", "/metrics"):
+            answers.append(client.get(path).content)
+    return answers
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(answer=hostile_answers())
+@example(  # a proxy's 502 page naming the host behind it, until the server is known down
+    answer=Hostile("/v1/completions", "large", 502, PROXY_PAGE, "text/html", repeat=12)
+).via("proxy_502_page_naming_the_host_behind_it")
+@example(answer=Hostile("/v1/models", "large", 502, PROXY_PAGE, "text/html", repeat=3)).via(
+    "a_probe_meets_the_proxy_page"
+)
+@example(answer=Hostile("/v1/completions", "large", 400, VLLM_400)).via("vllm_400_quoting_its_url")
+@example(answer=Hostile("/tokenize", "large", 400, VLLM_400)).via("chat_template_refusal")
+@example(answer=Hostile("/v1/completions", "small", 502, PROXY_PAGE, "text/html", 12)).via(
+    "small_server_behind_the_proxy_degrades"
+)
+def test_no_answer_carries_an_upstreams_words_or_address(
+    hostile: HostileVLLM,
+    served: ServedRelay,
+    caplog: pytest.LogCaptureFixture,
+    answer: Hostile,
+) -> None:
+    caplog.clear()
+    hostile.plan(answer)
+    try:
+        answers = every_answer(served)
+    finally:
+        hostile.planned.clear()
+    for sent in answers:
+        assert ADDRESS.encode() not in sent and WORDS.encode() not in sent, sent[:600]
+    if answer.route != "/v1/models" and answer.role == "large":
+        fields = [getattr(record, "fields", None) for record in caplog.records]
+        assert WORDS in caplog.text + str(fields)  # the operator reads what the upstream said
