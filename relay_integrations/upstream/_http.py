@@ -46,10 +46,12 @@ from typing import Any, Literal
 
 import aiohttp
 import openai
+import yarl
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from . import sse
-from .config import EndpointConfig
-from .headers import environment_proxy
+from .config import EndpointConfig, load_ca, load_client_certificate
+from .headers import HIDDEN, environment_proxy, shown_url
 
 _REQUEST = typing.get_type_hints(openai.APIConnectionError.__init__)["request"]
 _RESPONSE = typing.get_type_hints(openai.APIStatusError.__init__)["response"]
@@ -70,6 +72,10 @@ KEEPALIVE_SECONDS = 4.0
 server (uvicorn) closes one, so that a request rarely meets a connection closed under it."""
 SHOWN_BODY = 200
 """Characters of an unexpected body quoted in an error."""
+MAX_BODY_BYTES = 32 * 2**20
+"""Most bytes of a whole body read (JSON, or an error's), once decompressed: far above what
+vLLM answers (``/tokenize`` of a million-token prompt is about 8 MB), far below what a small
+compressed body can grow to (a 255 KiB gzip body is 256 MiB)."""
 
 Expect = Literal["events", "json"]
 _CONTENT_TYPES: dict[Expect, tuple[str, str]] = {
@@ -225,13 +231,20 @@ class HttpResponse:
     async def json(self) -> Any:
         """The whole body, decoded."""
         try:
-            raw = await self._response.read()
+            raw = await _read_at_most(self._response, MAX_BODY_BYTES)
         except TimeoutError:
             raise openai.APITimeoutError(request=self.request) from ReadTimeout(
                 f"nothing arrived for {self._read_timeout:g} s"
             )
         except aiohttp.ClientError as failed:
             raise openai.APIConnectionError(message=str(failed), request=self.request) from failed
+        if raw is None:
+            raise self._invalid(
+                f"{self._sent.method} {self._sent.url} answered {self.status} with a body of "
+                f"more than {MAX_BODY_BYTES // 2**20} MiB"
+                + _encoded(self._response)
+                + ", which is not an answer of vLLM's: the rest was not read"
+            )
         try:
             return json.loads(raw)
         except ValueError:  # also a body that is not UTF-8
@@ -249,8 +262,8 @@ class HttpResponse:
     async def raise_status(self) -> typing.NoReturn:
         """Raise the SDK's error for this status (an error, or a redirect), with the body."""
         try:
-            content = await self._response.read()
-        except Exception:  # the body of an error is best effort
+            content = await _read_at_most(self._response, MAX_BODY_BYTES) or b""
+        except Exception:  # the body of an error is best effort (and a bounded one)
             content = b""
         response = _RESPONSE(
             self.status,
@@ -362,19 +375,20 @@ async def _tls(config: EndpointConfig) -> ssl.SSLContext | bool:
 
 def _tls_context(config: EndpointConfig) -> ssl.SSLContext:
     """The TLS of ``https://`` requests: the system's certificates (``SSL_CERT_FILE`` and
-    ``SSL_CERT_DIR`` too), or ``verify``'s CA bundle, or none checked (``verify=False``);
-    ``cert`` as the client certificate."""
+    ``SSL_CERT_DIR`` too), or ``verify``'s CA bundle or directory, or none checked
+    (``verify=False``); ``cert`` as the client certificate (both checked as the configuration
+    was: a file changed since is a ``ValueError`` saying what is wrong with it)."""
     if config.verify is False:
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     elif isinstance(config.verify, str):
-        context = ssl.create_default_context(cafile=config.verify)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # checks, trusting no CA yet
+        load_ca(context, config.verify)
     else:
         context = ssl.create_default_context()
     if config.cert is not None:
-        certificate, key = (config.cert, None) if isinstance(config.cert, str) else config.cert
-        context.load_cert_chain(certificate, key)
+        load_client_certificate(context, config.cert)
     return context
 
 
@@ -383,6 +397,7 @@ def _sdk_error(
 ) -> tuple[openai.APIError, BaseException]:
     """A failure before the response head as the SDK's error, and the cause to raise it from
     (what :mod:`._failures` reads to say why)."""
+    _forget_secrets(failed)
     cause: BaseException = failed
     if isinstance(failed, aiohttp.ConnectionTimeoutError):
         cause = ConnectTimeout(f"no connection within connect_timeout={config.connect_timeout:g} s")
@@ -394,9 +409,49 @@ def _sdk_error(
     return openai.APIConnectionError(message=_said(failed), request=sent), failed
 
 
+async def _read_at_most(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
+    """The body of `response`, decompressed, or None as soon as it is past `limit` bytes
+    (aiohttp's ``read()`` has no bound, and decompresses whatever arrives)."""
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(2**16):
+        body += chunk
+        if len(body) > limit:
+            return None
+        if len(body) % 2**20 < len(chunk):
+            # a compressed body is decompressed as it is read, without a wait for the
+            # network: a few MiB would hold the event loop in one go
+            await asyncio.sleep(0)
+    return bytes(body)
+
+
+def _encoded(response: aiohttp.ClientResponse) -> str:
+    encoding = response.headers.get("content-encoding")
+    return f" once decompressed ({encoding})" if encoding else ""
+
+
+def _forget_secrets(failed: BaseException) -> None:
+    """Take out of aiohttp's error what it keeps of the request's secrets, since the error is
+    chained under the SDK's and shown with it (``repr``; a traceback shows ``str``): the
+    request's header values (the key) and a proxy URL's password. Its class, status and
+    message stay: they say what went wrong (:mod:`._failures` reads them)."""
+    if isinstance(failed, aiohttp.ClientResponseError):
+        info = failed.request_info
+        failed.request_info = aiohttp.RequestInfo(
+            yarl.URL(shown_url(str(info.url))),
+            info.method,
+            CIMultiDictProxy(CIMultiDict((name, HIDDEN) for name in info.headers)),
+            yarl.URL(shown_url(str(info.real_url))),
+        )
+        failed.args = (failed.request_info, failed.history)
+    elif isinstance(failed, aiohttp.ClientConnectorError):
+        failed.args = (failed.os_error,)  # not its connection key: the proxy URL is in it
+
+
 def _said(failed: BaseException) -> str:
     if isinstance(failed, aiohttp.ClientConnectorError):
         return str(failed.os_error) or type(failed.os_error).__name__
+    if isinstance(failed, aiohttp.ClientHttpProxyError):  # the proxy's answer to CONNECT
+        return f"the proxy refused the tunnel: {failed.status} {failed.message}"
     if isinstance(failed, aiohttp.ClientResponseError):  # a head aiohttp could not parse
         return f"the server's response broke HTTP: {failed.message[:SHOWN_BODY]}"
     return str(failed) or type(failed).__name__

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .headers import check_headers
+
 
 @dataclass(frozen=True)
 class CompletionRequest:
@@ -27,6 +29,11 @@ class CompletionRequest:
     """Sampling fields (``SamplingConfig.request_fields``); unset ones take the server's."""
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
+    """Headers of this request only, checked as an endpoint's ``extra_headers`` are: one the
+    relay will not send is an ``InvalidHeaderError`` naming it, before anything is sent."""
+
+    def __post_init__(self) -> None:
+        check_headers("headers", self.headers)
 
 
 @dataclass(slots=True)

@@ -18,6 +18,7 @@ repr and JSON dumps hide them, and errors name the field and the reason, never t
 
 from __future__ import annotations
 
+import ssl
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -35,7 +36,14 @@ from pydantic import (
     model_validator,
 )
 
-from .headers import HIDDEN, check_header, check_header_value, check_proxy_url, shown_url
+from .headers import (
+    HIDDEN,
+    check_header_value,
+    check_headers,
+    check_proxy_url,
+    check_url_text,
+    shown_url,
+)
 from .reserved_fields import check_extra_body
 
 ModelRole = Literal["large", "small"]
@@ -240,7 +248,10 @@ class EndpointConfig(Frozen):
     def _http_url(cls, url: str) -> str:
         """A URL the HTTP client can open; without this, a missing scheme would be tried
         (and retried) as a request, and then blamed on the server. A password in it is
-        refused: the URL is in every message about the server (and in logs)."""
+        refused: the URL is in every message about the server (and in logs). So is what the
+        requests' URLs would drop or change: whitespace and control characters (urllib drops a
+        line break silently), a query or a fragment (the paths are added after them)."""
+        check_url_text("base_url", url)
         shown = shown_url(url)
         if shown != url:  # it has user info
             raise ValueError(
@@ -259,40 +270,45 @@ class EndpointConfig(Frozen):
             )
         if not parts.hostname:
             raise ValueError(f"{url!r} names no host: write e.g. 'http://127.0.0.1:8000/v1'")
+        if "?" in url or "#" in url:
+            raise ValueError(
+                f"{url!r} has a query or a fragment, which its requests would drop (they go "
+                "to base_url + '/completions', ...): leave it out (a key goes in api_key or "
+                "extra_headers)"
+            )
         return url
 
     @field_validator("extra_headers")
     @classmethod
     def _sendable_headers(cls, headers: dict[str, str]) -> dict[str, str]:
-        for name, value in headers.items():
-            check_header(f"extra_headers[{name!r}]", name, value)
+        check_headers("extra_headers", headers)
         return headers
 
     @field_validator("api_key")
     @classmethod
     def _sendable_key(cls, key: SecretStr | None) -> SecretStr | None:
         if key is not None:
-            check_header_value("api_key", key.get_secret_value(), secret=True)
+            check_header_value("api_key", key.get_secret_value())
         return key
 
     @field_validator("verify", mode="before")
     @classmethod
     def _verify(cls, verify: Any) -> Any:
-        """A boolean given as text (``RELAY_LARGE__VERIFY=false``) is one; a CA bundle must
-        exist."""
+        """A boolean given as text (``RELAY_LARGE__VERIFY=false``) is one; CA certificates
+        must load (:func:`load_ca`), here rather than at the first request."""
         if isinstance(verify, str):
             if verify.strip().lower() in ("true", "1", "yes", "false", "0", "no"):
                 return verify.strip().lower() in ("true", "1", "yes")
-            if not Path(verify).exists():
-                raise ValueError(f"verify: no CA bundle at {verify!r} (a file or a directory)")
+            load_ca(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), verify)
         return verify
 
     @field_validator("cert")
     @classmethod
     def _certificate_files(cls, cert: str | tuple[str, str] | None) -> Any:
-        for path in [cert] if isinstance(cert, str) else cert or ():
-            if not Path(path).is_file():
-                raise ValueError(f"cert: no file at {path!r}")
+        """The client certificate and its key must load (:func:`load_client_certificate`),
+        here rather than at the first request."""
+        if cert is not None:
+            load_client_certificate(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT), cert)
         return cert
 
     @field_validator("proxy")
@@ -332,3 +348,76 @@ class EndpointConfig(Frozen):
         """The server URL without the `/v1` suffix (where vLLM serves /tokenize)."""
         root = self.base_url.rstrip("/")
         return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+class _Passphrase(Exception):
+    """A key asked for its passphrase (which the relay is not given)."""
+
+
+def _no_passphrase() -> str:
+    # without a callback, OpenSSL would prompt for it on the terminal, and wait
+    raise _Passphrase
+
+
+def load_ca(context: ssl.SSLContext, verify: str) -> None:
+    """Trust the CA certificates at `verify`: a PEM bundle, or a directory of PEM files named
+    by their subject hashes (``openssl rehash DIR``), read as certificates are checked. What
+    cannot be used is a ``ValueError`` saying why::
+
+        load_ca(ssl.create_default_context(), "/etc/relay/ca.pem")
+    """
+    if Path(verify).is_dir():
+        context.load_verify_locations(capath=verify)
+        return
+    if not Path(verify).is_file():
+        raise ValueError(f"verify: no CA bundle at {verify!r} (a PEM file, or a directory)")
+    try:
+        context.load_verify_locations(cafile=verify)
+    except ssl.SSLError:
+        raise ValueError(
+            f"verify: {verify!r} holds no CA certificate in PEM (-----BEGIN CERTIFICATE-----)"
+        ) from None
+    except OSError as unreadable:
+        raise ValueError(f"verify: cannot read {verify!r} ({unreadable.strerror})") from None
+
+
+def load_client_certificate(context: ssl.SSLContext, cert: str | tuple[str, str]) -> None:
+    """Load the client certificate `cert` (a PEM file with the certificate and its key, or
+    the two files) into `context`. What cannot be used is a ``ValueError`` naming the file
+    and what is wrong with it, never what it holds (a key)::
+
+        load_client_certificate(context, ("client.pem", "client-key.pem"))
+    """
+    certificate, key = (cert, None) if isinstance(cert, str) else cert
+    try:
+        context.load_cert_chain(certificate, key, password=_no_passphrase)
+    except _Passphrase:
+        raise ValueError(
+            f"cert: the key in {key or certificate!r} is encrypted, and the relay takes no "
+            "passphrase: give it the key decrypted (openssl pkey -in KEY -out PLAIN_KEY)"
+        ) from None
+    except ssl.SSLError as refused:
+        raise ValueError(f"cert: {_certificate_problem(certificate, key, refused)}") from None
+    except OSError as unreadable:
+        raise ValueError(
+            f"cert: cannot read {unreadable.filename or certificate!r} ({unreadable.strerror})"
+        ) from None
+
+
+def _certificate_problem(certificate: str, key: str | None, refused: ssl.SSLError) -> str:
+    """What OpenSSL's refusal of a certificate and key means, naming the file at fault."""
+    if refused.reason == "KEY_VALUES_MISMATCH":
+        return (
+            f"the key in {key or certificate!r} is not the key of the certificate in "
+            f"{certificate!r}"
+        )
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=certificate)
+    except ssl.SSLError:
+        return f"{certificate!r} holds no certificate in PEM (-----BEGIN CERTIFICATE-----)"
+    if key is None:
+        return (
+            f"{certificate!r} holds a certificate but no private key in PEM that loads: give "
+            "one file with both, or (certificate file, key file)"
+        )
+    return f"{key!r} holds no private key in PEM that loads (-----BEGIN PRIVATE KEY-----)"

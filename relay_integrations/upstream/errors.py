@@ -20,3 +20,8 @@ class InvalidChatError(RenderError):
 UpstreamKind = Literal["rejected", "timeout", "unavailable", "failed"]
 """How an upstream failed: it refused the request (400), it timed out, it is known down (no
 request sent: its circuit breaker is open), or anything else."""
+
+
+class InvalidHeaderError(RelayError, ValueError):
+    """A header the relay will not send (a framing header, a value that is not visible ASCII):
+    refused where it is given, naming the header and never its value (it may be a key)."""

@@ -7,6 +7,7 @@ it in its environment and has its logs and output scanned for it."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -35,6 +36,7 @@ from relay_integrations.relay import EndpointConfig, RelayConfig
 from relay_integrations.relay.config import RelayEnvironment
 from relay_integrations.server import ServerSettings
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
+from tests.component.test_http import serving as raw_server
 from tests.fakes.canary import CANARY, CANARY_HEADER, scan, without_canary
 from tests.fakes.capable_model import capable_server, relay_fields
 from tests.fakes.ports import free_port, refusing_port
@@ -245,6 +247,14 @@ BAD_BESIDE_A_SECRET: dict[str, dict[str, Any]] = {
         "small": {"base_url": f"http://relay:{CANARY}@127.0.0.1:8000/v1"}
     },
     "bad temperature beside a key": {"api_key": CANARY, "temperature": 7},
+    "header with a C1 control": {"default_headers": {"X-Key": CANARY + "\x85"}},
+    "per-model header with a line separator": {
+        "large": {"extra_headers": {"X-Key": CANARY + "\u2028"}}
+    },
+    "key past ASCII": {"api_key": CANARY + "\xe9"},
+    "framing header holding a key": {"default_headers": {"Content-Length": CANARY}},
+    "proxy with a line break": {"proxy": f"http://relay:{CANARY}@127.0.0.1:1\r\n"},
+    "per-model proxy without a host": {"small": {"proxy": f"http://relay:{CANARY}@"}},
 }
 
 
@@ -290,6 +300,101 @@ async def test_an_unreachable_server_s_error_shows_no_secret(
                 await model.achat([ChatMessage(role="user", content=QUESTION)])
         await model.aclose()
     scan(failed.value)
+
+
+def shown_with(error: BaseException) -> list[BaseException]:
+    """`error` and the exceptions shown with it, as a traceback (and error trackers) shows
+    them: its cause, or else its context unless suppressed, and theirs."""
+    chain = [error]
+    while True:
+        last = chain[-1]
+        after = last.__cause__ or (None if last.__suppress_context__ else last.__context__)
+        if after is None or after in chain:
+            return chain
+        chain.append(after)
+
+
+async def adapter_error(model: RelaySettings) -> BaseException:
+    """The error of a generation that cannot be done, raised by the adapter's async call."""
+    with pytest.raises(Exception) as failed:
+        if isinstance(model, RelayChatModel):
+            await model.ainvoke(QUESTION)
+        else:
+            assert isinstance(model, RelayLLM)
+            await model.achat([ChatMessage(role="user", content=QUESTION)])
+    await model.aclose()
+    return failed.value
+
+
+async def broken_head(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A server whose answer is not HTTP: aiohttp's error keeps the request's headers."""
+    await reader.readuntil(b"\r\n\r\n")
+    writer.write(b"HTTP/1.1 200 OK\r\nnot a header\r\n\r\n")
+    await writer.drain()
+
+
+@pytest.mark.parametrize("failure", ["refused", "broken head"])
+@pytest.mark.parametrize("path", SECRET_PATHS)
+@pytest.mark.parametrize("adapter", ADAPTERS)
+async def test_no_exception_under_an_upstream_error_shows_a_secret(
+    adapter: type[RelaySettings], path: str, failure: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The str and repr of every exception chained under the error (aiohttp's keep the
+    request's headers and the proxy's URL), not only the error's own traceback."""
+    async with contextlib.AsyncExitStack() as stack:
+        if failure == "refused":
+            url = f"http://127.0.0.1:{stack.enter_context(refusing_port())}/v1"
+        else:
+            url = await stack.enter_async_context(raw_server(broken_head)) + "/v1"
+        error = await adapter_error(secret_model(adapter, path, monkeypatch, url))
+    scan(*shown_with(error))
+
+
+def refusing_proxy(status: bytes) -> Any:
+    """An HTTP proxy that answers every request (a CONNECT) with `status`."""
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 " + status + b"\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+
+    return proxy
+
+
+PROXY_PATHS = ["proxy", "large proxy", "RELAY_LARGE__PROXY", "HTTPS_PROXY"]
+
+
+def proxy_given(path: str, proxy: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The fields and environment variables that give `proxy` in the way `path` names."""
+    if path == "proxy":
+        return {"proxy": proxy}, {}
+    if path == "large proxy":
+        return {"large": {"proxy": proxy}}, {}
+    return {}, {path: proxy}
+
+
+@pytest.mark.parametrize(
+    "status", [b"407 Proxy Authentication Required", b"403 Forbidden"], ids=["407", "403"]
+)
+@pytest.mark.parametrize("path", PROXY_PATHS)
+@pytest.mark.parametrize("adapter", ADAPTERS)
+async def test_a_proxy_that_refuses_the_tunnel_is_named_without_its_password(
+    adapter: type[RelaySettings], path: str, status: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp's error for a refused CONNECT says the proxy's URL, password included."""
+    without_canary(monkeypatch)
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    async with raw_server(refusing_proxy(status)) as proxy_origin:
+        proxy = proxy_origin.replace("http://", f"http://relay:{CANARY}@")
+        fields, variables = proxy_given(path, proxy)
+        for name, value in variables.items():
+            monkeypatch.setenv(name, value)
+        model = adapter(**relay_fields("https://127.0.0.1:9/v1", max_retries=0, **fields))
+        error = await adapter_error(model)
+    assert status.split()[0].decode() in str(error)
+    scan(*shown_with(error))
 
 
 # --- relaygen serve -------------------------------------------------------------------------
