@@ -97,6 +97,18 @@ def add_parser(commands: Any) -> None:
         help="seconds a client may accept nothing before its stream is ended (default: 60)",
     )
     parser.add_argument(
+        "--max-connections",
+        type=int,
+        help="client connections open at once, per process; one more gets 503 (default: "
+        "2048; 0: no cap)",
+    )
+    parser.add_argument(
+        "--max-connections-per-client",
+        type=int,
+        help="connections open at once from one client address, per process; one more gets "
+        "503 (default: 512; 0: no cap)",
+    )
+    parser.add_argument(
         "--sse-keepalive",
         type=float,
         help="seconds a stream may stay silent before an SSE comment keeps proxies from "
@@ -157,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
         "head_timeout",
         "body_timeout",
         "send_timeout",
+        "max_connections",
+        "max_connections_per_client",
         "sse_keepalive",
         "health_timeout",
         "health_cache_seconds",

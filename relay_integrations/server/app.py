@@ -167,13 +167,18 @@ class RelayServer:
             self._switcher = None
 
     def connection_limited(self, limit: Limit) -> None:
-        """A client connection closed by a time limit (:mod:`.connection`): logged, counted."""
+        """A client connection closed by a limit (:mod:`.connection`): logged, counted."""
         self.metrics.connections_limited.labels(limit).inc()
+        settings = self.settings
         reason = {
-            "head": f"its request head did not arrive within {self.settings.head_timeout:g} s "
+            "head": f"its request head did not arrive within {settings.head_timeout:g} s "
             "(answered 408)",
-            "send": f"it accepted nothing for {self.settings.send_timeout:g} s (its generation, "
+            "send": f"it accepted nothing for {settings.send_timeout:g} s (its generation, "
             "if any, is cancelled)",
+            "connections": f"{settings.max_connections} connections are open "
+            "(--max-connections; answered 503)",
+            "connections_per_client": f"{settings.max_connections_per_client} connections "
+            "from its address are open (--max-connections-per-client; answered 503)",
         }[limit]
         log.warning(f"client connection closed: {reason}")
 

@@ -12,7 +12,7 @@ from types import FrameType
 import uvicorn
 
 from .app import RelayServer
-from .connection import limited_protocol
+from .connection import ConnectionLimits, limited_protocol
 
 
 class DrainingServer(uvicorn.Server):
@@ -29,9 +29,14 @@ class DrainingServer(uvicorn.Server):
 
 def uvicorn_config(relay: RelayServer) -> uvicorn.Config:
     settings = relay.settings
-    protocol = limited_protocol(
-        settings.head_timeout, settings.send_timeout, relay.connection_limited
+    limits = ConnectionLimits(
+        head_timeout=settings.head_timeout,
+        send_timeout=settings.send_timeout,
+        max_connections=settings.max_connections,
+        max_connections_per_client=settings.max_connections_per_client,
+        retry_after=max(settings.retry_after, 1),
     )
+    protocol = limited_protocol(limits, relay.connection_limited)
     return uvicorn.Config(
         relay.app(),
         host=settings.host,

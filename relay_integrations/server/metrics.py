@@ -77,9 +77,11 @@ class RelayMetrics:
         )
         self.connections_limited = Counter(
             "relay_connections_limited",
-            "Client connections closed by a time limit: limit is head (the request head or "
-            "body did not arrive within --head-timeout / --body-timeout: 408) or send (the "
-            "client accepted nothing for --send-timeout; its generation was cancelled)",
+            "Client connections closed by a limit: limit is head (the request head or "
+            "body did not arrive within --head-timeout / --body-timeout: 408), send (the "
+            "client accepted nothing for --send-timeout; its generation was cancelled), "
+            "connections or connections_per_client (one more than --max-connections or "
+            "--max-connections-per-client: 503)",
             ["limit"],
             registry=r,
         )

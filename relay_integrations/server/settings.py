@@ -70,9 +70,23 @@ class ServerSettings(BaseModel):
     send_timeout: float = Field(
         default=60.0,
         gt=0,
-        description="Seconds a client may accept nothing while the server has data for it "
-        "(its socket buffers full); then the connection is dropped and its generation "
+        description="Seconds a client may acknowledge no byte while the server has bytes for "
+        "it (measured on what its TCP stack takes, from the moment its request arrives, not "
+        "once the socket buffers are full); then the connection is dropped and its generation "
         "cancelled, as nginx's send_timeout",
+    )
+    max_connections: int = Field(
+        default=2048,
+        ge=0,
+        description="Client connections open at once (per worker process); one more is "
+        "answered 503 with Retry-After and closed, as nginx's worker_connections; 0: no cap",
+    )
+    max_connections_per_client: int = Field(
+        default=512,
+        ge=0,
+        description="Connections open at once from one client address (per worker process); "
+        "one more is answered 503 with Retry-After and closed, as nginx's limit_conn; behind "
+        "a load balancer every connection comes from its address: raise it, or 0 (no cap)",
     )
     sse_keepalive: float = Field(
         default=15.0,

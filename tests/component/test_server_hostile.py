@@ -16,8 +16,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +36,7 @@ from relay_integrations.relay import EndpointConfig, RelayConfig, SwitchPolicy
 from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM, serving
 from tests.fakes.capable_model import CAPABLE_CUES, capable
-from tests.fakes.relay_http import ServedRelay, relay_http
+from tests.fakes.relay_http import ServedRelay, eventually, relay_http
 
 QUESTION = [{"role": "user", "content": "What is 7 * 6?"}]
 ADDRESS = "10.9.8.7:8001"
@@ -87,8 +91,9 @@ class HostileVLLM(ScriptedVLLM):
 
 @pytest.fixture(scope="module")
 def hostile() -> Iterator[HostileVLLM]:
-    with serving(HostileVLLM()) as running:
-        yield running
+    server = HostileVLLM()
+    with serving(server):
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -219,3 +224,156 @@ def test_no_answer_carries_an_upstreams_words_or_address(
     if answer.route != "/v1/models" and answer.role == "large":
         fields = [getattr(record, "fields", None) for record in caplog.records]
         assert WORDS in caplog.text + str(fields)  # the operator reads what the upstream said
+
+
+# --- clients that read slowly, or not at all --------------------------------------------------
+
+CHAT = b'{"model": "large", "messages": [{"role": "user", "content": "Hi"}], "stream": true}'
+HEAD = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nhost: relay\r\ncontent-type: application/json\r\n"
+    b"content-length: %d\r\n\r\n" % len(CHAT)
+)
+
+
+@contextmanager
+def writer(tokens: int, token_delay: float) -> Iterator[ServedRelay]:
+    """A relay over a pair that writes `tokens` words of reasoning, `token_delay` apart,
+    with a send timeout of one second."""
+    trace = "<think>\n" + "word " * tokens + "\n</think>\n\nDone."
+    pair = ScriptedVLLM(
+        *(ScriptedModel(name, trace, token_delay=token_delay) for name in ("large", "small"))
+    )
+    with serving(pair) as upstream:
+        endpoint = {"base_url": upstream.base_url}
+        config = RelayConfig(
+            large=EndpointConfig(**endpoint, model="large"),
+            small=EndpointConfig(**endpoint, model="small"),
+            cues=["Now"],
+            policy=SwitchPolicy(cooldown_tokens=0),
+        )
+        settings = ServerSettings(send_timeout=1.0, max_concurrent_generations=1)
+        with relay_http(RelayServer(config, settings)) as served:
+            yield served
+
+
+def connect(served: ServedRelay, receive_buffer: int, source: str = "127.0.0.1") -> socket.socket:
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    client.bind((source, 0))
+    client.connect(("127.0.0.1", served.port))
+    return client
+
+
+def limited(served: ServedRelay, limit: str) -> float:
+    """Connections closed by `limit`, read from an address of its own (the tests fill
+    127.0.0.1's share of connections)."""
+    transport = httpx.HTTPTransport(local_address="127.0.0.9")
+    with httpx.Client(transport=transport) as client:
+        metrics = client.get(f"{served.url}/metrics").text
+    for line in metrics.splitlines():
+        if line.startswith(f'relay_connections_limited_total{{limit="{limit}"}}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_a_client_that_trickles_its_reads_is_dropped_before_the_buffers_fill() -> None:
+    """A byte every half second is no progress TCP can see (it acknowledges reads in steps
+    of half the receive buffer): once the client's small buffer is full, the stream is
+    dropped after the send timeout, while the relay has written far less than its own
+    buffers hold (20 KB/s here; they would take minutes to fill)."""
+    with writer(tokens=3000, token_delay=0.01) as served:
+        slow = connect(served, receive_buffer=4096)
+        slow.sendall(HEAD + CHAT)
+        started = time.monotonic()
+        assert eventually(lambda: served.relay.inflight == 1, 5)
+        while served.relay.inflight and time.monotonic() - started < 15:
+            with contextlib.suppress(OSError):
+                slow.recv(1)
+            time.sleep(0.5)
+        assert served.relay.inflight == 0, "the trickling client still holds its slot"
+        assert time.monotonic() - started < 8  # its buffer full, then one send timeout
+        assert limited(served, "send") == 1
+        slow.close()
+
+
+def test_a_slow_reader_that_keeps_taking_bytes_keeps_its_stream() -> None:
+    """2 KB every 0.1 s, slower than the generation: the relay waits on it for seconds at a
+    time, past the one-second send timeout, but it takes bytes within each: it gets the
+    whole stream."""
+    with writer(tokens=1000, token_delay=0.002) as served:
+        reader = connect(served, receive_buffer=4096)
+        reader.sendall(HEAD + CHAT)
+        received = b""
+        reader.settimeout(10)
+        while chunk := reader.recv(2048):
+            received += chunk
+            if received.endswith(b"0\r\n\r\n"):  # the chunked body's end
+                break
+            time.sleep(0.1)
+        reader.close()
+        assert received.rstrip(b"\r\n0").endswith(b"data: [DONE]"), received[-200:]
+        assert limited(served, "send") == 0
+
+
+# --- how many connections ---------------------------------------------------------------------
+
+
+def refused_with(client: socket.socket) -> bytes:
+    """What the server sent a connection before closing it."""
+    client.settimeout(5)
+    received = b""
+    with contextlib.suppress(ConnectionResetError, TimeoutError):
+        while chunk := client.recv(65536):
+            received += chunk
+    return received
+
+
+def test_connections_beyond_the_caps_get_503_with_retry_after(hostile: HostileVLLM) -> None:
+    config = RelayConfig(
+        large=EndpointConfig(base_url=hostile.base_url, model="large"),
+        small=EndpointConfig(base_url=hostile.base_url, model="small"),
+        cues=CAPABLE_CUES,
+    )
+    settings = ServerSettings(max_connections=5, max_connections_per_client=3, retry_after=2)
+    with relay_http(RelayServer(config, settings)) as served:
+        held = [connect(served, 65536) for _ in range(3)]
+        one_more = connect(served, 65536)  # a fourth from the same address
+        answer = refused_with(one_more)
+        assert answer.startswith(b"HTTP/1.1 503 "), answer[:80]
+        assert b"retry-after: 2\r\n" in answer and b'"code": "too_many_connections"' in answer
+        assert b"3 connections from one client" in answer
+        held += [connect(served, 65536, "127.0.0.2") for _ in range(2)]  # five in all
+        answer = refused_with(connect(served, 65536, "127.0.0.3"))
+        assert b"limit of 5 open connections" in answer
+        time.sleep(0.2)
+        for client in held[2:]:  # the held ones are served as before
+            client.sendall(b"GET /livez HTTP/1.1\r\nhost: relay\r\n\r\n")
+            assert client.recv(65536).startswith(b"HTTP/1.1 200 ")
+        with httpx.Client(base_url=served.url) as http:  # an HTTP client sees the 503
+            refused = http.get("/livez")
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "2"
+            held.pop(0).close()  # one from 127.0.0.1: its share has room again
+            assert eventually(lambda: http.get("/livez").status_code == 200)
+        assert (
+            limited(served, "connections") >= 2 and limited(served, "connections_per_client") == 1
+        )
+        for client in held:
+            client.close()
+
+
+def test_one_client_cannot_hold_every_connection(hostile: HostileVLLM) -> None:
+    """One address opening 600 idle connections: the defaults let it hold 512, and another
+    client still gets in."""
+    config = RelayConfig(
+        large=EndpointConfig(base_url=hostile.base_url, model="large"),
+        small=EndpointConfig(base_url=hostile.base_url, model="small"),
+        cues=CAPABLE_CUES,
+    )
+    with relay_http(RelayServer(config, ServerSettings())) as served:
+        idle = [connect(served, 65536) for _ in range(600)]
+        assert eventually(lambda: limited(served, "connections_per_client") == 600 - 512, 10)
+        other = connect(served, 65536, "127.0.0.2")
+        other.sendall(b"GET /livez HTTP/1.1\r\nhost: relay\r\n\r\n")
+        assert other.recv(65536).startswith(b"HTTP/1.1 200 ")
+        for client in [*idle, other]:
+            client.close()
