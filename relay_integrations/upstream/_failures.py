@@ -20,9 +20,11 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import aiohttp
 import openai
 
 from .config import EndpointConfig, ModelRole
+from .headers import shown_url
 
 OUTAGE_STATUS = frozenset({502, 503, 504})
 """Statuses that say the server (or every replica behind a router) is out, not the request."""
@@ -36,13 +38,111 @@ class ServerDown(openai.APIConnectionError):
 def is_outage(failure: BaseException) -> bool:
     """Whether a request's final failure says the server is out: no connection (refused,
     not found, none within the connect timeout, lost before an answer), or a 502, 503, 504.
-    Not a refused request, a busy server (429), or one that accepted the request and was
-    slow to answer (the read timeout: it is up, and a probe would say so)."""
+    Not a refused request, a busy server (429), one that accepted the request and was
+    slow to answer (the read timeout: it is up, and a probe would say so), nor a
+    :func:`misfit` (TLS, a proxy's refusal, a response that broke HTTP, a bad proxy URL):
+    a restart fixes none of those."""
     if isinstance(failure, openai.APIStatusError):
         return failure.status_code in OUTAGE_STATUS
     if isinstance(failure, openai.APITimeoutError):
         return _in_chain(failure, "ConnectTimeout")
-    return isinstance(failure, openai.APIConnectionError)
+    return isinstance(failure, openai.APIConnectionError) and misfit(failure) is None
+
+
+def answered(failure: BaseException) -> bool:
+    """Whether the server itself answered the request, whatever it said (a refusal, an error
+    status that is not an outage, a body that is not vLLM's, an error event: any failure
+    that is not the SDK's): it is up."""
+    if isinstance(failure, openai.APIStatusError):
+        return failure.status_code not in OUTAGE_STATUS
+    return isinstance(failure, openai.APIResponseValidationError) or not isinstance(
+        failure, openai.APIError
+    )
+
+
+@dataclass(frozen=True)
+class Misfit:
+    """A failure before any answer that is not the server being out: ``what`` it was, in
+    words that name no address, and the ``fix``. Neither retried nor counted by the breaker:
+    every request meets it until a setting (or what is in between) changes::
+
+        the server's TLS certificate failed verification (self-signed certificate)
+    """
+
+    what: str
+    fix: str
+
+
+PROXY_CREDENTIALS = (
+    "The proxy wants credentials: put them in its URL (proxy='http://user:password@host:port', "
+    "or HTTP_PROXY / HTTPS_PROXY / ALL_PROXY with trust_env)."
+)
+
+
+def misfit(failure: BaseException) -> Misfit | None:
+    """What a connection error is when it is not the server being out, by aiohttp's own
+    exception under it; None for an outage (or any other failure)."""
+    if not isinstance(failure, openai.APIConnectionError):
+        return None
+    for error in _chain(failure):
+        if isinstance(error, aiohttp.ClientConnectorCertificateError):
+            said = error.certificate_error
+            reason = getattr(said, "verify_message", None) or str(said)
+            return Misfit(
+                f"the server's TLS certificate failed verification ({reason})",
+                "Set verify to the CA bundle that signed it (verify='/path/to/ca.pem', or "
+                "SSL_CERT_FILE), or verify=False not to check it.",
+            )
+        if isinstance(error, aiohttp.ClientSSLError):
+            os_error = error.os_error
+            reason = getattr(os_error, "reason", None) or str(os_error)
+            return Misfit(
+                f"the TLS handshake failed ({str(reason).replace('_', ' ').lower()})",
+                "Check that the server speaks TLS at that address (http:// if it does not), "
+                "and set cert if it asks for a client certificate.",
+            )
+        if isinstance(error, aiohttp.ClientHttpProxyError):  # the answer to CONNECT
+            return Misfit(
+                f"the proxy refused with {error.status} {error.message}".rstrip(),
+                _proxy_fix(error.status),
+            )
+        if isinstance(error, aiohttp.ClientResponseError):  # aiohttp's parser refused it
+            return Misfit(
+                f"the server's response broke HTTP ({_first_line(error.message)})",
+                "vLLM speaks plain HTTP/1.1: something else answers at that address, or a "
+                "proxy or load balancer in between mangles the response; check base_url "
+                "and what is on the way.",
+            )
+        if isinstance(error, aiohttp.InvalidURL):
+            reason = _first_line(str(error.__cause__ or error.description or "malformed"))
+            if str(error.url) == str(failure.request.url):
+                return Misfit(
+                    f"its URL is not one the HTTP client can use ({reason})", "Fix base_url."
+                )
+            return Misfit(
+                f"its proxy URL is not one the HTTP client can use ({reason})",
+                f"Fix the proxy URL {shown_url(str(error.url))} (proxy=, or HTTP_PROXY / "
+                "HTTPS_PROXY / ALL_PROXY in the environment).",
+            )
+    return None
+
+
+def _proxy_fix(status: int) -> str:
+    if status == 407:
+        return PROXY_CREDENTIALS
+    if status == 403:
+        return (
+            "The proxy does not let the relay through to that host and port: check its rules, "
+            "or keep this server out of the proxy (NO_PROXY, or trust_env=False)."
+        )
+    return "Check the proxy (proxy=, or HTTP_PROXY / HTTPS_PROXY / ALL_PROXY)."
+
+
+def _first_line(message: str) -> str:
+    """aiohttp's reason without the bytes it quotes (``Got more than 8190 bytes when reading:
+    b'aaa...'``): the first line, up to a quoted value."""
+    line = message.strip().splitlines()[0] if message.strip() else "no reason given"
+    return line.split(": b'")[0].split(': b"')[0].rstrip(":. ")
 
 
 @dataclass(frozen=True)
@@ -71,6 +171,8 @@ def explain_failure(
             f"{config.base_url} is {cause.message}: the request was not sent. Check that the "
             f"{role} vLLM server is up at that address."
         )
+    if fault := misfit(cause):
+        return f"{config.base_url}: {fault.what}; {tries}. {fault.fix}"
     if isinstance(cause, openai.APITimeoutError) and not _in_chain(cause, "ConnectTimeout"):
         return (
             f"{config.base_url} accepted the request but sent nothing for "
@@ -78,9 +180,11 @@ def explain_failure(
             "or stuck, or read_timeout is too short."
         )
     if isinstance(cause, openai.APIConnectionError):
-        return (
-            f"cannot reach {config.base_url} ({_transport_reason(cause, config)}; {tries}). "
-            f"Check that the {role} vLLM server is up at that address."
+        proxy = _proxy_address(cause)
+        return f"cannot reach {config.base_url} ({_transport_reason(cause, config)}; {tries}). " + (
+            f"Check that the proxy at {proxy} is up (proxy=, or HTTP_PROXY / HTTPS_PROXY)."
+            if proxy
+            else f"Check that the {role} vLLM server is up at that address."
         )
     if isinstance(cause, openai.APIStatusError):
         return _status_detail(cause, role, config, tries)
@@ -102,6 +206,8 @@ def public_reason(cause: BaseException, config: EndpointConfig) -> str:
         if _in_chain(cause, "ConnectTimeout"):
             return f"no connection within {config.connect_timeout:g} s"
         return f"it sent nothing for {config.read_timeout:g} s"
+    if fault := misfit(cause):
+        return fault.what
     if isinstance(cause, openai.APIConnectionError):
         chain = _chain(cause)
         if any(isinstance(error, ConnectionRefusedError) for error in chain):
@@ -109,6 +215,8 @@ def public_reason(cause: BaseException, config: EndpointConfig) -> str:
         if any(isinstance(error, socket.gaierror) for error in chain):
             return "its host name was not found"
         return "the connection to it failed"
+    if isinstance(cause, openai.APIStatusError) and cause.status_code == 407:
+        return "the proxy on the way answered 407 Proxy Authentication Required"
     if isinstance(cause, openai.APIStatusError):
         said = _server_message(cause.body)
         return f"it answered {cause.status_code}" + (f": {said}" if said else "")
@@ -143,7 +251,10 @@ def _transport_reason(cause: openai.APIConnectionError, config: EndpointConfig) 
     if any(isinstance(error, ConnectionRefusedError) for error in chain):
         return "connection refused"
     if any(isinstance(error, socket.gaierror) for error in chain):
-        return f"host name {cause.request.url.host!r} not found"
+        # aiohttp names the host it looked up: the proxy's, when there is one
+        connector = [e for e in chain if isinstance(e, aiohttp.ClientConnectorError)]
+        host = connector[0].host if connector else cause.request.url.host
+        return f"host name {host!r} not found"
     if _in_chain(cause, "ConnectTimeout"):
         return f"no connection within connect_timeout={config.connect_timeout:g} s"
     innermost = chain[-1]
@@ -181,6 +292,8 @@ def _status_hint(cause: openai.APIStatusError, role: ModelRole, config: Endpoint
         return f"The {role} vLLM server wants an API key (--api-key): set api_key."
     if status == 401:
         return f"Check api_key: it must be the --api-key the {role} vLLM server was started with."
+    if status == 407:  # a plain-HTTP request's proxy answers it itself (no CONNECT)
+        return f"That is the proxy's answer, not the server's. {PROXY_CREDENTIALS}"
     return ""
 
 
@@ -210,6 +323,16 @@ def _with_v1(base_url: str) -> str:
     """The base URL ending in /v1: cut after a /v1 inside it (".../v1/completions"), or add it."""
     head, v1, _ = base_url.partition("/v1/")
     return head + "/v1" if v1 else base_url + "/v1"
+
+
+def _proxy_address(cause: openai.APIConnectionError) -> str | None:
+    """The proxy's ``host:port`` when the connection that failed was the one to the proxy."""
+    for error in _chain(cause):
+        if isinstance(error, aiohttp.ClientConnectorError):
+            proxied = isinstance(error, aiohttp.ClientProxyConnectionError)
+            if proxied or error.host != cause.request.url.host:
+                return f"{error.host}:{error.port}"
+    return None
 
 
 def _server_message(body: object) -> str | None:

@@ -185,6 +185,13 @@ class EndpointConfig(Frozen):
         "connection or a 502/503/504), requests to it fail at once and it is probed "
         "(GET /v1/models) at most this often; the first answer brings it back",
     )
+    failures_to_open: int = Field(
+        default=5,
+        ge=1,
+        description="Requests in a row that must fail for good with no connection or a "
+        "502/503/504 before the server is known down (its circuit breaker opens; Envoy's "
+        "consecutive_5xx is 5 too); any answer from the server resets the count",
+    )
     max_concurrency: int = Field(
         default=64, ge=1, description="Requests in flight to this endpoint at once"
     )

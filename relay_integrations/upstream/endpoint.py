@@ -36,6 +36,7 @@ from ._failures import (
     explain_broken_stream,
     explain_failure,
     is_outage,
+    misfit,
     public_reason,
 )
 from ._http import HttpClient, HttpResponse
@@ -98,7 +99,8 @@ class UpstreamFailure(RelayError):
     @property
     def outage(self) -> bool:
         """Whether the server is out (no connection, a 502/503/504, known down), not the
-        request refused or the server slow: a restart may bring it back."""
+        request refused, the server slow, or a misfit on the way (TLS, a proxy's refusal, a
+        response that broke HTTP, a bad proxy URL): a restart may bring it back."""
         return is_outage(self.cause)
 
     @property
@@ -142,6 +144,7 @@ class Endpoint:
             self.probe,
             probe_interval=config.probe_interval,
             probe_timeout=config.connect_timeout,
+            failures_to_open=config.failures_to_open,
         )
         """Whether the server is known down (a circuit breaker: :mod:`.availability`)."""
         self._model_info: ModelInfo | None = None
@@ -172,20 +175,27 @@ class Endpoint:
     async def probe(self) -> str:
         """Whether the server answers ``GET /v1/models``, once, on the endpoint's own
         connections: ``"ok"``, or why not (a health check's answer; bound it with
-        ``asyncio.timeout``). An answer closes the endpoint's breaker; a refused connection
-        (or a 502, 503, 504) opens it, so requests fail at once, not after their retries."""
+        ``asyncio.timeout``). It counts in the endpoint's breaker like any request (an answer
+        closes it, an outage counts towards opening it); while the breaker is open it is sent
+        only as the half-open trial, and otherwise says the server is known down."""
+        try:
+            trial = self.availability.admit()
+        except ServerDown as down:
+            return f"unreachable: {down.message}"
         try:
             await self._json("GET", self._api_path + "/models")
         except openai.APIError as failed:
-            if is_outage(failed) and not isinstance(failed, openai.APITimeoutError):
-                # a refusal; not a probe that ran out of time (a busy server, a short bound)
-                self.availability.failed(public_reason(failed, self.config))
+            reason = public_reason(failed, self.config)
+            self.availability.record(failed, reason, trial=trial)
             if isinstance(failed, openai.APIStatusError):
                 return f"answered {failed.status_code}"
             if isinstance(failed, openai.APIResponseValidationError):
                 return "answered something that is not vLLM's OpenAI API"
-            return f"unreachable: {public_reason(failed, self.config)}"
-        self.availability.up()
+            return f"unreachable: {reason}"
+        except BaseException:  # cancelled (a health check's bound): it says nothing
+            self.availability.abandoned(trial)
+            raise
+        self.availability.succeeded()
         return "ok"
 
     async def post_json(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -301,44 +311,48 @@ class Endpoint:
         """Run `call`, retrying what may pass; a final failure becomes UpstreamFailure.
 
         While the server is known down (:attr:`availability`) nothing is sent: the failure
-        comes at once, and a retry loop stops at its next attempt. A final failure that says
-        the server is out opens the breaker.
+        comes at once, and a retry loop stops at its next attempt; the half-open trial is sent
+        once. How the request ended is counted by the breaker (:meth:`Availability.record`).
 
         The first attempt runs outside tenacity, whose machinery costs about 15 us a request
         that nearly every request would pay for nothing; a failed first attempt is handed to
         tenacity as its own first, so logging and backoff are tenacity's throughout."""
-        started, attempts = time.monotonic(), 1
+        started, attempts, trial = time.monotonic(), 1, False
         try:
-            self.availability.check()
+            trial = self.availability.admit()
             try:
-                return await call()
+                value = await call()
             except Exception as failed:
                 if not self._may_retry(failed) or self.config.max_retries == 0:
                     raise
                 first: Exception | None = failed
 
-            async def again() -> T:
-                nonlocal first
-                if first is not None:
-                    failed, first = first, None
-                    raise failed
-                self.availability.check()  # it may have gone down while this one waited
-                return await call()
+                async def again() -> T:
+                    nonlocal first, trial
+                    if first is not None:
+                        failed, first = first, None
+                        raise failed
+                    # it may have gone down while this one waited (or be due a trial)
+                    trial = self.availability.admit()
+                    return await call()
 
-            attempts = 0
-            async for attempt in self._retrying():
-                with attempt:
-                    attempts += 1
-                    return await again()
+                attempts = 0
+                async for attempt in self._retrying():
+                    with attempt:
+                        attempts += 1
+                        value = await again()
+            self.availability.succeeded()
+            return value
         # Not retryable (400, 401, an error event), or the last of the retries (reraise=True)
         except (openai.APIError, UpstreamErrorEvent) as final:
-            if is_outage(final) and not isinstance(final, ServerDown):
-                self.availability.failed(public_reason(final, self.config))
+            reason = public_reason(final, self.config)
+            self.availability.record(final, reason, trial=trial)
             tries = Tries(attempts, time.monotonic() - started)
             detail = explain_failure(final, self.role, self.config, tries)
-            reason = public_reason(final, self.config)
             raise UpstreamFailure(self.role, final, detail, reason) from final
-        raise AssertionError("unreachable: tenacity either returns or raises")
+        except BaseException:  # cancelled: it says nothing about the server
+            self.availability.abandoned(trial)
+            raise
 
     async def _open(
         self, request: CompletionRequest
@@ -426,7 +440,9 @@ class Endpoint:
         )
 
     def _may_retry(self, failed: BaseException) -> bool:
-        return _is_retryable(failed) and not self.availability.down
+        # not while the server is known down (nor the half-open trial), nor a misfit (TLS, a
+        # proxy's refusal, a response that broke HTTP): every attempt would meet it again
+        return _is_retryable(failed) and not self.availability.down and misfit(failed) is None
 
     def _log_retry(self, state: RetryCallState) -> None:
         failed = state.outcome.exception() if state.outcome else None

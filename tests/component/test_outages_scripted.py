@@ -4,6 +4,7 @@ again where it was)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -24,9 +25,14 @@ RETRYING = "retrying in"  # the endpoint's log line before each retry
 
 
 def pair_config(large: ScriptedVLLM, small_url: str, **policy: object) -> RelayConfig:
+    # the small server's breaker opens at its first failed request here, so that the next
+    # generation finds it known down (by default five in a row open it: test_breaker_rules)
+    small = EndpointConfig(
+        base_url=small_url, model="small", max_retries=1, probe_interval=0.05, failures_to_open=1
+    )
     return RelayConfig(
         large=EndpointConfig(base_url=large.base_url, model="large", max_retries=0),
-        small=EndpointConfig(base_url=small_url, model="small", max_retries=1, probe_interval=0.05),
+        small=small,
         cues=list(CUES.cues),
         policy=SwitchPolicy.model_validate(policy),
     )
@@ -146,9 +152,13 @@ async def test_a_generation_that_has_written_nothing_fails_at_once(
     assert not [r for r in caplog.records if "waiting up to" in r.getMessage()]
 
 
-async def test_a_refused_probe_opens_the_breaker_and_an_answered_one_closes_it() -> None:
+async def test_a_refused_probe_counts_like_a_request_and_an_answered_one_closes_it() -> None:
+    """A probe counts towards the breaker like a request (here one failure opens it); while
+    it is open, a probe is sent as its trial, once ``probe_interval`` has passed."""
     server = ScriptedVLLM(ScriptedModel("large", TRACE))  # bound, not started: refuses
-    config = EndpointConfig(base_url=server.base_url, model="large", probe_interval=60)
+    config = EndpointConfig(
+        base_url=server.base_url, model="large", probe_interval=0.5, failures_to_open=1
+    )
     endpoint = Endpoint(config, "large")
     try:
         assert (await endpoint.probe()).startswith("unreachable: it refused the connection")
@@ -156,7 +166,9 @@ async def test_a_refused_probe_opens_the_breaker_and_an_answered_one_closes_it()
         with pytest.raises(UpstreamFailure) as caught:
             await endpoint.model_info()
         assert isinstance(caught.value.cause, ServerDown) and caught.value.kind == "unavailable"
+        assert (await endpoint.probe()).startswith("unreachable: known down for ")
         async with ScriptedVLLM(ScriptedModel("large", TRACE), port=server.port):
+            await asyncio.sleep(0.5)
             assert await endpoint.probe() == "ok"
             assert not endpoint.availability.down
             assert (await endpoint.model_info()).id == "large"

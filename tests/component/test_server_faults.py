@@ -110,7 +110,9 @@ def test_an_upstream_refusing_connections_gets_a_quick_502_then_503_while_known_
     upstream: ScriptedVLLM,
 ) -> None:
     late = capable_server()  # its port is bound but not listening: connections are refused
-    with ExitStack() as later, kept_serving(relay(late.base_url, upstream.base_url)) as served:
+    # one failed request opens the breaker here (five in a row by default: test_breaker_rules)
+    refusing = relay(late.base_url, upstream.base_url, failures_to_open=1)
+    with ExitStack() as later, kept_serving(refusing) as served:
         started = time.monotonic()
         response = whole(served)  # found down: one retry, after 0.5 s
         assert response.status_code == 502
