@@ -20,6 +20,8 @@ from uuid import UUID
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 from llama_index.core.base.llms.types import ChatMessage
@@ -300,6 +302,56 @@ async def test_an_unreachable_server_s_error_shows_no_secret(
                 await model.achat([ChatMessage(role="user", content=QUESTION)])
         await model.aclose()
     scan(failed.value)
+
+
+SECRETS_BY_FIELD = {
+    "api_key": CANARY,
+    "extra_headers": {"X-Key": CANARY},
+    "proxy": f"http://relay:{CANARY}@127.0.0.1:1",
+}
+ANY_VALUE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.text(max_size=4),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.one_of(st.integers(), st.text(max_size=3)), max_size=2),
+)
+ENDPOINT_FIELDS = sorted({*EndpointConfig.model_fields, "bogus"} - {"session_factory"})
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    role=st.sampled_from(["large", "small", None]),
+    secret_field=st.sampled_from(sorted(SECRETS_BY_FIELD)),
+    others=st.dictionaries(st.sampled_from(ENDPOINT_FIELDS), ANY_VALUE, max_size=3),
+)
+def test_no_error_beside_a_secret_shows_it(
+    adapter: type[RelaySettings], role: str | None, secret_field: str, others: dict[str, Any]
+) -> None:
+    """Whatever else is wrong in a model's own settings (``large=``/``small=``) or in the
+    flat fields, the secret given beside it is not in the error."""
+    secret = SECRETS_BY_FIELD[secret_field]
+    if role is None:  # the flat fields, under their names
+        flat = {"extra_headers": "default_headers", "read_timeout": "timeout"}
+        fields = {flat.get(k, k): v for k, v in others.items() if flat.get(k, k) != "model"}
+        fields = {k: v for k, v in fields.items() if k in adapter.model_fields or k == "bogus"}
+        fields[flat.get(secret_field, secret_field)] = secret
+    else:
+        fields = {role: {**others, secret_field: secret}}
+    try:
+        model = adapter(**relay_fields("http://127.0.0.1:1/v1", **fields))
+    except Exception as refused:
+        scan(*shown_with(refused))
+    else:
+        model.close()
 
 
 def shown_with(error: BaseException) -> list[BaseException]:
