@@ -21,8 +21,9 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -34,7 +35,7 @@ from starlette.responses import Response
 
 from relay_integrations.relay import EndpointConfig, RelayConfig, SwitchPolicy
 from relay_integrations.server import RelayServer, ServerSettings
-from relay_integrations.testing.scripted_vllm import ScriptedModel, ScriptedVLLM, serving
+from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM, serving
 from tests.fakes.capable_model import CAPABLE_CUES, capable
 from tests.fakes.relay_http import ServedRelay, eventually, relay_http
 
@@ -57,6 +58,8 @@ class Hostile:
     body: str
     content_type: str = "application/json"
     repeat: int = 1
+    after: int = 0
+    """Requests of the route and role answered as usual first."""
 
 
 class HostileVLLM(ScriptedVLLM):
@@ -74,6 +77,9 @@ class HostileVLLM(ScriptedVLLM):
         model = None if route == "/v1/models" else (await request.json()).get("model")
         for index, hostile in enumerate(self.planned):
             if hostile.route == route and model in (None, hostile.role):
+                if hostile.after:
+                    self.planned[index] = replace(hostile, after=hostile.after - 1)
+                    return None
                 del self.planned[index]
                 return Response(hostile.body, hostile.status, media_type=hostile.content_type)
         return None
@@ -377,3 +383,103 @@ def test_one_client_cannot_hold_every_connection(hostile: HostileVLLM) -> None:
         assert other.recv(65536).startswith(b"HTTP/1.1 200 ")
         for client in [*idle, other]:
             client.close()
+
+
+# --- one failed probe, one refused request ----------------------------------------------------
+
+
+def answered(served: ServedRelay, clients: int, stream: bool = False) -> list[int]:
+    """The statuses `clients` concurrent chat requests get."""
+    body = {"model": "large", "messages": QUESTION, "stream": stream}
+
+    def one(_: int) -> int:
+        url = f"{served.base_url}/chat/completions"
+        return httpx.post(url, json=body, timeout=60).status_code
+
+    with ThreadPoolExecutor(clients) as pool:
+        return list(pool.map(one, range(clients)))
+
+
+@pytest.fixture
+def slow_probes(hostile: HostileVLLM) -> Iterator[ServedRelay]:
+    """A relay over the hostile pair that probes a server found down every 30 s: whatever
+    it finds down stays down for the test."""
+    slow = {"max_retries": 0, "probe_interval": 30.0}
+    config = RelayConfig(
+        large=EndpointConfig(base_url=hostile.base_url, model="large", **slow),
+        small=EndpointConfig(base_url=hostile.base_url, model="small", **slow),
+        cues=CAPABLE_CUES,
+        policy=SwitchPolicy(cooldown_tokens=0),
+    )
+    settings = ServerSettings(health_cache_seconds=0)
+    with relay_http(RelayServer(config, settings)) as running:
+        yield running
+    hostile.planned.clear()
+
+
+def test_one_probe_meeting_a_503_turns_no_client_away(
+    hostile: HostileVLLM, slow_probes: ServedRelay
+) -> None:
+    """A /readyz probe whose check of the large server meets one 503 (a proxy's blip) says
+    so, but 65 clients right after it are all answered: one failure is not an outage."""
+    assert answered(slow_probes, 1) == [200]  # the models are known
+    hostile.plan(Hostile("/v1/models", "large", 503, PROXY_PAGE, "text/html"))
+    probe = httpx.get(f"{slow_probes.url}/readyz")
+    assert probe.status_code == 503 and probe.json()["large"] == "unavailable"
+    assert answered(slow_probes, 65) == [200] * 65
+    assert httpx.get(f"{slow_probes.url}/readyz").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "hostile_answer",
+    [
+        pytest.param(Hostile("/v1/completions", "large", 400, VLLM_400, repeat=8), id="400"),
+        pytest.param(Hostile("/v1/completions", "large", 500, VLLM_400, repeat=8), id="500"),
+        pytest.param(
+            Hostile("/v1/completions", "large", 200, event({"error": {"message": WORDS}}), SSE, 8),
+            id="error_event",
+        ),
+    ],
+)
+def test_a_failure_of_one_request_repeated_turns_no_other_away(
+    hostile: HostileVLLM, slow_probes: ServedRelay, hostile_answer: Hostile
+) -> None:
+    """Eight requests in a row each failed by the large server (the request's fault, not the
+    server's): the server is up, and the next clients get answers, not 503 "known down"."""
+    assert answered(slow_probes, 1) == [200]
+    hostile.plan(hostile_answer)
+    failed = answered(slow_probes, 8)
+    assert 503 not in failed and 200 not in failed, failed
+    assert answered(slow_probes, 4, stream=True) == [200] * 4
+    assert answered(slow_probes, 4) == [200] * 4
+
+
+def test_a_resume_the_upstream_refuses_ends_the_stream_with_an_error_and_done(
+    hostile: HostileVLLM,
+) -> None:
+    """The large model's stream breaks near the end of its reasoning and the request that
+    resumes it is refused: the client's stream ends with an error event and ``[DONE]`` at
+    once, not keep-alive comments while nothing can come."""
+    large = hostile.models["large"]
+    config = RelayConfig(
+        large=EndpointConfig(base_url=hostile.base_url, model="large", max_retries=0),
+        small=EndpointConfig(base_url=hostile.base_url, model="small", max_retries=0),
+        cues=CAPABLE_CUES,
+        policy=SwitchPolicy(cooldown_tokens=0),
+    )
+    settings = ServerSettings(sse_keepalive=0.2)
+    with relay_http(RelayServer(config, settings)) as served:
+        large.faults[:] = [Fault(), Fault(cut_after=12)]  # its second turn, near the end
+        hostile.plan(Hostile("/v1/completions", "large", 400, VLLM_400, after=2))
+        started = time.monotonic()
+        body = {"model": "large", "messages": QUESTION, "stream": True}
+        with httpx.stream("POST", f"{served.base_url}/chat/completions", json=body) as response:
+            events = [e for e in response.read().decode().split("\n\n") if e]
+        hostile.planned.clear()
+        large.faults.clear()
+    assert time.monotonic() - started < 5
+    assert events[-1] == "data: [DONE]"
+    error = json.loads(events[-2].removeprefix("data: "))["error"]
+    assert error["code"] == "upstream_rejected_request"
+    assert "relay.partial" in error["message"]
+    assert sum(e == ": keep-alive" for e in events) <= 5
