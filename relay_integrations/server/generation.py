@@ -201,7 +201,7 @@ def upstream_error(failure: Exception) -> ApiError:
         upstream_error(failure).body()
         # {"error": {"message": "the large model's server is unavailable: it answered 502 ...
     """
-    where = f" (request id {request_id.get()}: the relay's log has the details)"
+    where = f" (request id {request_id.get()}; the relay's log has the details)"
     if isinstance(failure, InvalidChatError):
         message = (
             "the model's chat template refused these messages or tools: check the order of "
@@ -228,8 +228,8 @@ def _endpoint_error(failure: EndpointError, where: str) -> ApiError:
     kept = " The text written before the failure is in relay.partial." if failure.partial else ""
     if failure.kind == "rejected":
         message = (
-            f"{server} refused the request{answered}{where}: a field of it (a sampling value, "
-            f"a stop string, the token budget) may be beyond what that server allows.{kept}"
+            f"{server} refused the request{answered}: a field of it (a sampling value, a stop "
+            f"string, the token budget) may be beyond what that server allows{where}.{kept}"
         )
         return ApiError(400, message, code="upstream_rejected_request")
     if failure.kind == "timeout":

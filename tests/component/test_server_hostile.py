@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import time
 from collections.abc import Iterator
@@ -194,8 +195,13 @@ def every_answer(served: ServedRelay) -> list[bytes]:
     return answers
 
 
+EXAMPLES = round(25 * float(os.environ.get("RELAY_HOSTILE_SCALE", "1")))
+"""Generated upstream answers (the named examples run besides); ``RELAY_HOSTILE_SCALE=20``
+for a longer run."""
+
+
 @settings(
-    max_examples=25,
+    max_examples=EXAMPLES,
     deadline=None,
     derandomize=True,
     database=None,
