@@ -28,9 +28,12 @@ openai.APIError``) expect::
   no connection within ``connect_timeout``: ``APITimeoutError`` caused by
   :class:`ConnectTimeout`; nothing read for ``read_timeout``: ``APITimeoutError`` caused by
   :class:`ReadTimeout`.
-- A POST the server answered by closing a kept-alive connection it had let idle is sent again
-  at once on a new one: aiohttp repeats only idempotent methods, and a completion request
-  that got no answer can be repeated (vLLM keeps no state for it).
+- A request is written once per :meth:`HttpClient.request`: a connection closed before any
+  answer (most often a kept-alive one the server closed while it was idle) raises
+  ``APIConnectionError``, and the endpoint's retries (``max_retries``) decide whether it is
+  written again; aiohttp repeats only idempotent methods itself.
+- An event stream makes progress only by events: bytes that complete none (comments,
+  keep-alives) do not hold off ``read_timeout``.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from . import sse
 from .config import EndpointConfig, load_ca, load_client_certificate
+from .errors import RelayError
 from .headers import HIDDEN, environment_proxy, shown_url
 
 _REQUEST = typing.get_type_hints(openai.APIConnectionError.__init__)["request"]
@@ -90,6 +94,19 @@ class ConnectTimeout(Exception):
 
 class ReadTimeout(Exception):
     """Nothing arrived within the read timeout (the cause of an ``APITimeoutError``)."""
+
+
+class IncompleteStream(RelayError):
+    """An event stream that ended before it was whole: its body cut, or (a completion's)
+    without a finish reason, or without ``[DONE]`` after it (the cause of a
+    ``StreamInterrupted``, or of the ``APIConnectionError`` of a stream that ended before
+    its first piece). The message names the URL and what was missing."""
+
+
+class ClosedBeforeAnswer(Exception):
+    """The connection closed (or was reset) after the request was written and before the
+    head of an answer: the cause of an ``APIConnectionError``. Often a kept-alive connection
+    the server closed while it was idle, which a new connection mends at once."""
 
 
 class HttpClient:
@@ -165,14 +182,10 @@ class HttpClient:
             options["timeout"] = self._timeout  # the relay's own sessions have it already
         if self._proxy is not None:
             options["proxy"] = self._proxy
-        try:
-            return await session.request(method, url, **options)
-        except aiohttp.ClientConnectorError:
-            raise  # no connection was made: nothing to repeat
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-            # a kept-alive connection the server closed while it was idle (see the module),
-            # repeated once as aiohttp repeats an idempotent request
-            return await session.request(method, url, **options)
+        # written once: a connection closed before an answer is the caller's to retry, as
+        # one of its attempts (aiohttp cannot tell a kept-alive connection the server closed
+        # while idle from a server that closed it on reading the request)
+        return await session.request(method, url, **options)
 
     async def _session_now(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -195,6 +208,9 @@ class HttpResponse:
         self._sent = sent
         self.status = response.status
         self.headers = response.headers
+        self.decoder = sse.EventDecoder()
+        """The decoder of :meth:`events`; once they have ended, whether the body ended in
+        the middle of an event (``cut``) and what it held that is not events (``stray()``)."""
 
     @property
     def request(self) -> Any:
@@ -212,21 +228,31 @@ class HttpResponse:
 
     async def events(self) -> AsyncIterator[bytes]:
         """The data of each event of the stream, as they arrive; :class:`ReadTimeout` once
-        nothing has arrived for the read timeout."""
-        decoder, content = sse.EventDecoder(), self._response.content
+        no event has arrived for the read timeout (comments are not events). They end with
+        the body, whole or cut (:attr:`decoder` tells)."""
+        decoder, content = self.decoder, self._response.content
         connection = self._response.connection
         if connection is not None and connection.protocol is not None:
             connection.protocol.read_timeout = None  # the stream's is _QuietStream:
             connection.protocol.start_timeout()  # this drops aiohttp's timer
-        quiet = _QuietStream(content, self._read_timeout)
+        sent = f"{self._sent.method} {self._sent.url}"
+        quiet = _QuietStream(content, decoder, self._read_timeout, sent)
+        cut: aiohttp.ClientPayloadError | None = None
         try:
             while chunk := await content.readany():
                 for data in decoder.feed(chunk):
                     yield data
         except TimeoutError as stalled:  # aiohttp's, should a session of one's own set one
-            raise ReadTimeout(f"nothing arrived for {self._read_timeout:g} s") from stalled
+            raise ReadTimeout(
+                f"no event from {sent} for read_timeout={self._read_timeout:g} s"
+            ) from stalled
+        except aiohttp.ClientPayloadError as payload:  # a chunked or sized body cut short
+            cut = payload
         finally:
             quiet.close()
+        if cut is not None:  # raised out of the except clause: the innermost cause, that
+            # explanations of a failure read, is this, which names the URL
+            raise IncompleteStream(f"the event stream from {sent} was cut: {cut}")
 
     async def json(self) -> Any:
         """The whole body, decoded."""
@@ -250,7 +276,7 @@ class HttpResponse:
         except ValueError:  # also a body that is not UTF-8
             raise self._invalid(
                 f"{self._sent.method} {self._sent.url} answered {self.status} with a "
-                f"body that is not JSON: {_shown(raw)}"
+                f"body that is not JSON: {shown(raw)}"
             ) from None
 
     async def close(self) -> None:
@@ -265,21 +291,25 @@ class HttpResponse:
             content = await _read_at_most(self._response, MAX_BODY_BYTES) or b""
         except Exception:  # the body of an error is best effort (and a bounded one)
             content = b""
-        response = _RESPONSE(
-            self.status,
-            headers=list(self.headers.items()),
-            content=content,
-            request=self.request,
-        )
         try:
             body: Any = json.loads(content)
         except ValueError:
             body = content.decode(errors="replace") or None
+        raise self.status_error(self.status, content, body, f"Error code: {self.status} - {body}")
+
+    def status_error(
+        self, status: int, content: bytes, body: Any, message: str
+    ) -> openai.APIStatusError:
+        """The SDK's error for `status` (its class: ``BadRequestError`` for 400, ...), with
+        the body as the server sent it (`content`) and decoded (`body`)."""
+        response = _RESPONSE(
+            status, headers=list(self.headers.items()), content=content, request=self.request
+        )
         data = body.get("error", body) if isinstance(body, dict) else body
-        error = _STATUS_ERRORS.get(self.status)
+        error = _STATUS_ERRORS.get(status)
         if error is None:
-            error = openai.InternalServerError if self.status >= 500 else openai.APIStatusError
-        raise error(f"Error code: {self.status} - {body}", response=response, body=data)
+            error = openai.InternalServerError if status >= 500 else openai.APIStatusError
+        return error(message, response=response, body=data)
 
     def _invalid(self, message: str) -> openai.APIResponseValidationError:
         response = _RESPONSE(self.status, headers=list(self.headers.items()), request=self.request)
@@ -287,25 +317,41 @@ class HttpResponse:
 
 
 class _QuietStream:
-    """Fails a stream's reads with :class:`ReadTimeout` once nothing has arrived for
+    """Fails a stream's reads with :class:`ReadTimeout` once no event has arrived for
     `seconds` (within a quarter more). aiohttp's own read timeout makes and cancels a timer
     for every chunk that arrives, which at thousands of streamed tokens a second is a tenth
     of the relay's CPU (docs/benchmarks.md); this one looks every quarter of the timeout at
-    whether bytes arrived (the reader's byte count, whoever reads them and when)."""
+    whether bytes of events arrived: the bytes received (whoever reads them and when: a
+    reader behind is not a quiet server) less those the decoder found completed no event
+    (comments, keep-alives), which it counts only off its fast path of one event a chunk."""
 
-    def __init__(self, content: aiohttp.StreamReader, seconds: float) -> None:
+    def __init__(
+        self, content: aiohttp.StreamReader, decoder: sse.EventDecoder, seconds: float, sent: str
+    ) -> None:
         self._content = content
+        self._decoder = decoder
         self._seconds = seconds
+        self._sent = sent
         self._loop = asyncio.get_running_loop()
-        self._seen, self._since = content.total_bytes, self._loop.time()
+        self._seen, self._since = self._progress(), self._loop.time()
         self._handle = self._loop.call_later(seconds / 4, self._look)
 
+    def _progress(self) -> int:
+        return self._content.total_bytes - self._decoder.idle_bytes
+
     def _look(self) -> None:
-        now, seen = self._loop.time(), self._content.total_bytes
-        if seen != self._seen:
-            self._seen, self._since = seen, now
+        if self._content.is_eof():  # the whole body has arrived: nothing more to wait for
+            return
+        now, seen = self._loop.time(), self._progress()
+        # more than last time: the bytes of a comment not yet read count until it is read,
+        # so the count may fall back; only a rise past the last look is news of an event
+        progressed, self._seen = seen > self._seen, seen
+        if progressed:
+            self._since = now
         elif now - self._since >= self._seconds:
-            failure = ReadTimeout(f"nothing arrived for read_timeout={self._seconds:g} s")
+            failure = ReadTimeout(
+                f"no event from {self._sent} for read_timeout={self._seconds:g} s"
+            )
             self._content.set_exception(failure)
             return
         self._handle = self._loop.call_later(self._seconds / 4, self._look)
@@ -398,15 +444,22 @@ def _sdk_error(
     """A failure before the response head as the SDK's error, and the cause to raise it from
     (what :mod:`._failures` reads to say why)."""
     _forget_secrets(failed)
-    cause: BaseException = failed
-    if isinstance(failed, aiohttp.ConnectionTimeoutError):
+    if isinstance(failed, aiohttp.ClientConnectorError):  # no connection was made
+        return openai.APIConnectionError(message=_said(failed), request=sent), failed
+    cause: BaseException
+    if isinstance(failed, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
+        cause = ClosedBeforeAnswer(f"the server closed the connection before answering: {failed}")
+        error: openai.APIError = openai.APIConnectionError(message=str(cause), request=sent)
+    elif isinstance(failed, aiohttp.ConnectionTimeoutError):
         cause = ConnectTimeout(f"no connection within connect_timeout={config.connect_timeout:g} s")
+        error = openai.APITimeoutError(request=sent)
     elif isinstance(failed, TimeoutError):
         cause = ReadTimeout(f"nothing arrived for read_timeout={config.read_timeout:g} s")
-    if cause is not failed:
-        cause.__cause__ = failed
-        return openai.APITimeoutError(request=sent), cause
-    return openai.APIConnectionError(message=_said(failed), request=sent), failed
+        error = openai.APITimeoutError(request=sent)
+    else:
+        return openai.APIConnectionError(message=_said(failed), request=sent), failed
+    cause.__cause__ = failed
+    return error, cause
 
 
 async def _read_at_most(response: aiohttp.ClientResponse, limit: int) -> bytes | None:
@@ -457,6 +510,7 @@ def _said(failed: BaseException) -> str:
     return str(failed) or type(failed).__name__
 
 
-def _shown(raw: bytes) -> str:
+def shown(raw: bytes) -> str:
+    """The start of `raw`, quoted in an error."""
     text = raw[:SHOWN_BODY].decode(errors="replace")
     return repr(text) + ("..." if len(raw) > SHOWN_BODY else "")

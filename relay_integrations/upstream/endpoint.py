@@ -17,6 +17,8 @@ response, and vLLM aborts the request::
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
 import email.utils
 import json
 import logging
@@ -39,7 +41,7 @@ from ._failures import (
     misfit,
     public_reason,
 )
-from ._http import HttpClient, HttpResponse
+from ._http import ClosedBeforeAnswer, HttpClient, HttpResponse, IncompleteStream, shown
 from ._stream_stops import StreamStops
 from .availability import Availability
 from .completion import CompletionRequest as CompletionRequest
@@ -234,9 +236,11 @@ class Endpoint:
             async with self._slots:
                 response, events, piece = await self._with_retries(lambda: self._open(request))
                 watch = self._stream_stops(request)  # after _open: it may learn the limit
-                received, so_far, counted = "", StreamPiece(), False
+                received, so_far, counted, finished, ended = "", StreamPiece(), False, False, False
                 try:
                     while piece is not None:
+                        if piece.finish_reason is not None:
+                            finished = True
                         if piece.usage_only:
                             counted = True
                         elif piece.completion_tokens is not None:
@@ -260,10 +264,18 @@ class Endpoint:
                         async for data in events:  # the next event, read here: no layer between
                             piece = _event_piece(data)
                             break
-                        if piece is None and not counted and so_far.completion_tokens is not None:
-                            piece = _usage_of(so_far)  # a server that sent it on its last piece
-                    async for _ in events:  # the body's end after [DONE]: the connection stays
-                        pass
+                        else:
+                            ended = True  # the body's end, with no [DONE]
+                    _check_whole(response, finished, ended)  # [DONE] or the body's end
+                    if not ended:  # the body's end after [DONE]: the connection stays
+                        with contextlib.suppress(Exception):  # the answer is whole already
+                            async for _ in events:
+                                pass
+                    if not counted and so_far.completion_tokens is not None:
+                        piece = _usage_of(so_far)  # a server that sent it on its last piece
+                        if observer is not None:
+                            observer.piece(self, request, piece)
+                        yield piece
                     completed = True
                 except (asyncio.CancelledError, GeneratorExit):
                     raise
@@ -379,12 +391,16 @@ class Endpoint:
             return await self._open(request)
         events = response.events()
         try:
-            first = None
+            first, ended = None, False
             async for data in events:
                 first = _event_piece(data)
                 break
+            else:
+                ended = True
+            if first is None:  # [DONE] or the body's end, before any piece: raises
+                _check_whole(response, finished=False, ended=ended)
             return response, events, first
-        except UpstreamErrorEvent:
+        except (UpstreamErrorEvent, openai.APIError):  # an answer: the server's error
             await response.close()
             raise
         except Exception as broken:  # before any text: a lost connection, retried as one
@@ -469,6 +485,60 @@ class UpstreamErrorEvent(RelayError):
     """The server sent an error event (or something unreadable) instead of the next chunk."""
 
 
+def _check_whole(response: HttpResponse, finished: bool, ended: bool) -> None:
+    """Raise unless a stream that ended (at ``[DONE]``; at its body's end if `ended`) is
+    whole: a piece with a finish reason (`finished`), then ``[DONE]`` or a clean end of the
+    body. Else the server's error object, when the body was one (vLLM sends some of its
+    errors as a JSON object under ``text/event-stream``), or :class:`IncompleteStream`
+    naming the URL and what was missing."""
+    cut = ended and response.decoder.cut
+    if finished and not cut:
+        return
+    stray = response.decoder.stray()
+    sent = response.request
+    where = f"{sent.method} {sent.url}"
+    said = _error_object(response, stray, where) if stray else None
+    if said is not None:
+        raise said
+    missing = "[DONE]" if finished else "a finish reason"
+    problem = f"the event stream from {where} ended without {missing}"
+    if cut:
+        problem += ", in the middle of an event"
+    if stray:
+        problem += f"; it sent lines that are not events: {shown(stray)}"
+    raise IncompleteStream(problem)
+
+
+def _error_object(response: HttpResponse, raw: bytes, where: str) -> Exception | None:
+    """The error a body that is a JSON error object (``{"error": {"message": ..., "code":
+    400}}``, or ``{"object": "error", "message": ..., "code": 400}``) reports: the SDK's
+    error of its code (``BadRequestError`` for 400, not retried), else an
+    :class:`UpstreamErrorEvent`; None if the body is not one."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None
+    error = _error_of(body)
+    if error is None:
+        return None
+    message = f"{where} sent an error object: {error.get('message') or body}"
+    code = error.get("code")
+    if isinstance(code, int) and 400 <= code < 600:
+        return response.status_error(code, raw, body, message)
+    return UpstreamErrorEvent(message)
+
+
+def _error_of(chunk: object) -> Mapping[str, Any] | None:
+    """The error a JSON object reports: its ``error`` (a string: the message), or itself
+    when it is one (``"object": "error"``, vLLM's older shape); None if it reports none."""
+    if not isinstance(chunk, dict):
+        return None
+    if "error" in chunk:
+        error = chunk["error"]
+        return error if isinstance(error, dict) else {"message": error}
+    return chunk if chunk.get("object") == "error" else None
+
+
 def _event_piece(data: bytes) -> StreamPiece | None:
     """The piece an event of a ``/v1/completions`` stream carries; None for ``[DONE]``, after
     which the stream's reader reads the body to its end (a response closed before its end
@@ -485,8 +555,6 @@ def _event_piece(data: bytes) -> StreamPiece | None:
         raise UpstreamErrorEvent(
             f"the server sent an event that is not a JSON object: {data[:80]!r}"
         )
-    if "error" in chunk:
-        raise UpstreamErrorEvent(f"the server sent an error event: {chunk['error']}")
     return _piece(chunk)
 
 
@@ -500,6 +568,8 @@ def _piece(chunk: Mapping[str, Any]) -> StreamPiece:
         stop_reason = choice.get("stop_reason")
     usage = chunk.get("usage")
     if not usage:
+        if not choices and (error := _error_of(chunk)) is not None:  # no chunk: an error
+            raise UpstreamErrorEvent(f"the server sent an error event: {error.get('message')}")
         return StreamPiece(text, finish, stop_reason)
     details = usage.get("prompt_tokens_details") or {}
     return StreamPiece(
@@ -563,18 +633,52 @@ def _is_retryable(exc: BaseException) -> bool:
 
 
 def _wait_retry_after(state: RetryCallState) -> float:
-    """``Retry-After`` when the server sent one, else 0.5 s, 1 s, 2 s, ... (max 8 s)."""
+    """``Retry-After`` when the server sent one it can be read by (at most
+    :data:`MAX_RETRY_AFTER`); none after the first attempt's connection closed before an
+    answer (a kept-alive connection the server closed while idle: a new one mends it at
+    once); else 0.5 s, 1 s, 2 s, ... (max 8 s)."""
     exc = state.outcome.exception() if state.outcome else None
     if isinstance(exc, openai.APIStatusError):
         header = exc.response.headers.get("retry-after")
         if header:
-            return min(_parse_retry_after(header), MAX_RETRY_AFTER)
+            seconds = _parse_retry_after(header)
+            if seconds is not None:
+                return min(seconds, MAX_RETRY_AFTER)
+            _unreadable_retry_after(exc, header)
+    elif state.attempt_number == 1 and isinstance(exc and exc.__cause__, ClosedBeforeAnswer):
+        return 0.0
     return float(min(0.5 * 2 ** (state.attempt_number - 1), 8.0))
 
 
-def _parse_retry_after(value: str) -> float:
+_DELTA_SECONDS = re.compile(r"\d+(?:\.\d*)?")
+_UNREADABLE_FROM: set[str] = set()
+"""The servers whose unreadable ``Retry-After`` was logged (once each)."""
+
+
+def _parse_retry_after(value: str) -> float | None:
+    """The seconds a ``Retry-After`` value asks to wait: delta-seconds (a number, however
+    large), or an HTTP date (0 once past); None for anything else (``soon``, ``nan``,
+    ``inf``, ``-1``), which the default backoff replaces."""
+    value = value.strip()
+    if _DELTA_SECONDS.fullmatch(value):
+        return float(value)  # a number too large for a float is inf: the cap applies
     try:
-        return max(float(value), 0.0)
-    except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value)
-        return max(parsed.timestamp() - time.time(), 0.0)
+        date = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if date.tzinfo is None:  # "-0000": an HTTP date is always GMT
+        date = date.replace(tzinfo=datetime.UTC)
+    return max(date.timestamp() - time.time(), 0.0)
+
+
+def _unreadable_retry_after(failed: openai.APIStatusError, value: str) -> None:
+    parts = urllib.parse.urlsplit(str(failed.request.url))
+    server = f"{parts.scheme}://{parts.netloc}"
+    if server not in _UNREADABLE_FROM:
+        _UNREADABLE_FROM.add(server)
+        logger.warning(
+            "%s sent Retry-After: %s, neither seconds nor an HTTP date; retrying after the "
+            "default backoff (logged once a server)",
+            server,
+            shown(value.encode()),
+        )

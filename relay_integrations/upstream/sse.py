@@ -12,12 +12,23 @@ split anywhere, a CR LF split between two reads::
         ...
 
 An event the stream ends in the middle of (no empty line after it) is not dispatched, as
-the standard says.
+the standard says; :attr:`EventDecoder.cut` tells a reader that the stream ended there, and
+:meth:`EventDecoder.stray` what the stream held that is not an event (a server's JSON error
+object sent as the whole body)::
+
+    decoder = EventDecoder()
+    decoder.feed(b'{"object": "error", "code": 400}')  # [] (not a field of an event)
+    decoder.stray()                                     # b'{"object": "error", "code": 400}'
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator
+
+STRAY_KEPT = 8192
+"""Bytes of stray lines (:meth:`EventDecoder.stray`) a decoder keeps."""
+_FIELDS = frozenset({b"event", b"id", b"retry"})
+"""The fields of an event other than ``data`` (read by the standard, not by the relay)."""
 
 
 class EventDecoder:
@@ -27,6 +38,28 @@ class EventDecoder:
         self._line = b""  # the start of a line whose end has not arrived
         self._data: list[bytes] = []  # the data lines of the event being read
         self._after_cr = False  # the last byte fed was a CR: an LF next belongs to it
+        self._stray = b""  # lines that are no field of an event, up to STRAY_KEPT bytes
+        self.idle_bytes = 0
+        """Bytes fed in chunks that completed no event (comments, keep-alives, an event's
+        start): what a stall timer does not count as progress."""
+
+    @property
+    def cut(self) -> bool:
+        """Whether the bytes fed so far end in the middle of a line or an event (a stream
+        that ends here was cut)."""
+        return bool(self._line or self._data)
+
+    def stray(self) -> bytes:
+        """The lines fed so far that are no field of an event stream, and an unfinished last
+        line: a body that is not events (a JSON error object) is here whole, when short."""
+        return self._stray + self._line[:STRAY_KEPT]
+
+    def _is_stray(self, line: bytes) -> bool:
+        """Whether `line` (not data, not empty) is kept as stray: no comment, no field of an
+        event, and room left."""
+        if line.startswith(b":") or len(self._stray) >= STRAY_KEPT:
+            return False
+        return line.partition(b":")[0] not in _FIELDS
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The events `chunk` completes (each one's data lines joined by LF)."""
@@ -38,6 +71,7 @@ class EventDecoder:
             and b"\r" not in chunk
         ):
             return [chunk[6:-2]]
+        size = len(chunk)
         if self._after_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]
         if b"\r" in chunk:
@@ -58,7 +92,11 @@ class EventDecoder:
                 if field == b"data":
                     self._data.append(value[1:] if value.startswith(b" ") else value)
                 # "data" followed by other letters is another field: ignored
+            elif self._is_stray(line):
+                self._stray += line[: STRAY_KEPT - len(self._stray)] + b"\n"
             # comments (":..."), event, id, retry and unknown fields carry nothing here
+        if not events:
+            self.idle_bytes += size
         return events
 
 

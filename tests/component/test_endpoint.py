@@ -46,8 +46,8 @@ async def test_cookies_set_by_a_server_are_not_sent_back() -> None:
     assert cookies_sent == [None, None]
 
 
-def _chunk(text: str) -> str:
-    return "data: " + json.dumps({"choices": [{"text": text, "finish_reason": None}]}) + "\n\n"
+def _chunk(text: str, finish: str | None = None) -> str:
+    return "data: " + json.dumps({"choices": [{"text": text, "finish_reason": finish}]}) + "\n\n"
 
 
 async def _serve(route: Route) -> tuple[uvicorn.Server, asyncio.Task[None], str]:
@@ -133,7 +133,7 @@ async def test_many_concurrent_streams_keep_their_connections_for_the_next_round
         async def body() -> AsyncIterator[str]:
             yield _chunk("Hello")
             await release.wait()
-            yield _chunk(" there")
+            yield _chunk(" there", "stop")
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(body(), media_type="text/event-stream")

@@ -174,27 +174,6 @@ async def test_a_reader_far_behind_gets_every_event() -> None:
 # --- connections --------------------------------------------------------------------------------
 
 
-async def test_a_kept_alive_connection_the_server_closed_is_replaced_at_once() -> None:
-    connections = 0
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
-        await read_request(reader)
-        writer.write(STREAM_HEAD + EVENTS)
-        await writer.drain()
-        writer.close()  # the server drops the connection the client keeps
-
-    async with serving(handler) as origin:
-        http = client(origin)
-        for _ in range(3):
-            started = time.monotonic()
-            assert (await events_of(http))[-1] == b"[DONE]"
-            assert time.monotonic() - started < 1.0  # no retry's backoff
-        await http.aclose()
-    assert connections == 3
-
-
 async def test_an_idle_connection_is_closed_after_the_keep_alive_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
