@@ -40,7 +40,7 @@ def is_outage(failure: BaseException) -> bool:
     not found, none within the connect timeout, lost before an answer), or a 502, 503, 504.
     Not a refused request, a busy server (429), one that accepted the request and was
     slow to answer (the read timeout: it is up, and a probe would say so), nor a
-    :func:`misfit` (TLS, a proxy's refusal, a response that broke HTTP, a bad proxy URL):
+    :func:`misfit` (TLS, a proxy's refusal, a response that broke HTTP, a URL it cannot use):
     a restart fixes none of those."""
     if isinstance(failure, openai.APIStatusError):
         return failure.status_code in OUTAGE_STATUS
@@ -113,16 +113,11 @@ def misfit(failure: BaseException) -> Misfit | None:
                 "proxy or load balancer in between mangles the response; check base_url "
                 "and what is on the way.",
             )
-        if isinstance(error, aiohttp.InvalidURL):
+        if isinstance(error, aiohttp.InvalidURL):  # (a proxy's URL is checked when it is set)
             reason = _first_line(str(error.__cause__ or error.description or "malformed"))
-            if str(error.url) == str(failure.request.url):
-                return Misfit(
-                    f"its URL is not one the HTTP client can use ({reason})", "Fix base_url."
-                )
             return Misfit(
-                f"its proxy URL is not one the HTTP client can use ({reason})",
-                f"Fix the proxy URL {shown_url(str(error.url))} (proxy=, or HTTP_PROXY / "
-                "HTTPS_PROXY / ALL_PROXY in the environment).",
+                f"its URL is not one the HTTP client can use ({reason})",
+                f"Fix the URL {shown_url(str(error.url))} (base_url).",
             )
     return None
 

@@ -102,7 +102,7 @@ class UpstreamFailure(RelayError):
     def outage(self) -> bool:
         """Whether the server is out (no connection, a 502/503/504, known down), not the
         request refused, the server slow, or a misfit on the way (TLS, a proxy's refusal, a
-        response that broke HTTP, a bad proxy URL): a restart may bring it back."""
+        response that broke HTTP, a URL it cannot use): a restart may bring it back."""
         return is_outage(self.cause)
 
     @property

@@ -10,7 +10,7 @@ parser errors):
 - open, it lets one request through as the half-open trial every ``probe_interval``: its
   success closes it, its failure re-opens it, the others fail at once;
 - a probe counts like a request; a TLS failure, a proxy's refusal, a response that broke HTTP
-  and a bad proxy URL are named as what they are, and neither retried nor counted.
+  and a URL aiohttp cannot use are named as what they are, and neither retried nor counted.
 """
 
 from __future__ import annotations
@@ -350,6 +350,18 @@ async def misfit_server(kind: str, certificates: dict[str, Path]) -> AsyncIterat
         async with serving(answering(OK), server_tls(certificates)) as origin:
             said = "the server's TLS certificate failed verification"
             yield {"base_url": origin, "said": said, "reason": said, "fix": "verify"}
+    elif kind == "tls-to-a-plain-server":
+
+        async def plain(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(1)  # the TLS hello, answered in plain HTTP
+            writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+            await writer.drain()
+            writer.close()
+
+        async with serving(plain) as origin:
+            said = "the TLS handshake failed (wrong version number)"
+            https = origin.replace("http://", "https://")
+            yield {"base_url": https, "said": said, "reason": said, "fix": "speaks TLS"}
     elif kind in BROKEN_HTTP:
         head, reason = BROKEN_HTTP[kind]
         async with serving(answering(head)) as origin:
@@ -368,15 +380,14 @@ async def misfit_server(kind: str, certificates: dict[str, Path]) -> AsyncIterat
                 "reason": f"the proxy on the way answered {code}" if scheme == "http" else said,
                 "fix": fix,
             }
-    else:  # a malformed HTTP_PROXY
-        async with serving(answering(OK)) as origin:
-            yield {
-                "base_url": origin,
-                "env": {"HTTP_PROXY": "http://proxy.internal:80a"},
-                "said": "its proxy URL is not one the HTTP client can use",
-                "reason": "its proxy URL is not one the HTTP client can use",
-                "fix": "http://proxy.internal:80a",
-            }
+    else:  # a base URL whose port is out of range: aiohttp refuses it
+        said = "its URL is not one the HTTP client can use (Port out of range 0-65535)"
+        yield {
+            "base_url": "http://127.0.0.1:99999",
+            "said": said,
+            "reason": said,
+            "fix": "base_url",
+        }
 
 
 @pytest.fixture(scope="module")
@@ -395,24 +406,30 @@ def no_proxies(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     yield monkeypatch
 
 
+@pytest.mark.parametrize("call", [tokenize, complete], ids=["json", "stream"])
 @pytest.mark.parametrize(
-    "kind", ["tls-untrusted", *BROKEN_HTTP, *PROXY_REFUSALS, "malformed-http-proxy"]
+    "kind",
+    [
+        "tls-untrusted",
+        "tls-to-a-plain-server",
+        *BROKEN_HTTP,
+        *PROXY_REFUSALS,
+        "port-out-of-range",
+    ],
 )
 async def test_a_failure_that_is_not_an_outage_is_named_and_opens_nothing(
-    kind: str, certificates: dict[str, Path], no_proxies: pytest.MonkeyPatch
+    kind: str, call: Any, certificates: dict[str, Path], no_proxies: pytest.MonkeyPatch
 ) -> None:
     """Before, each read "cannot reach ... Check that the server is up", was retried, and
     opened the breaker."""
     async with misfit_server(kind, certificates) as case:
-        for name, value in case.get("env", {}).items():
-            no_proxies.setenv(name, value)
         fields = {"failures_to_open": 1, "max_retries": 2}
         if "proxy" in case:
             fields["proxy"] = case["proxy"]
         async with endpoint(case["base_url"], **fields) as small:
             for _ in range(2):  # sent again: the breaker did not open
                 with pytest.raises(UpstreamFailure) as caught:
-                    await tokenize(small)
+                    await call(small)
                 failure = caught.value
                 assert not not_sent(failure) and not failure.outage
                 assert not small.availability.down
