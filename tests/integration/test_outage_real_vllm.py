@@ -40,7 +40,10 @@ async def test_the_small_vllm_killed_mid_generation_the_large_model_finishes(
 ) -> None:
     config = qwen_config(qwen_large, qwen_small)
     sampling = config.sampling.model_copy(update={"max_tokens": 2048, "seed": 0})
-    config = config.model_copy(update={"sampling": sampling})
+    # the small server's breaker opens at its first failed request here (five in a row by
+    # default), so that the next generation finds it known down
+    small = config.small.model_copy(update={"failures_to_open": 1})
+    config = config.model_copy(update={"sampling": sampling, "small": small})
     result: RelayResult | None = None
     caplog.set_level(logging.WARNING, logger="relay_integrations")
     async with asyncio.timeout(180), RelaySwitcher(config) as relay:
