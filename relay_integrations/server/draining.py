@@ -34,7 +34,7 @@ def uvicorn_config(relay: RelayServer) -> uvicorn.Config:
         send_timeout=settings.send_timeout,
         max_connections=settings.max_connections,
         max_connections_per_client=settings.max_connections_per_client,
-        retry_after=max(settings.retry_after, 1),
+        retry_after=settings.retry_after,
     )
     protocol = limited_protocol(limits, relay.connection_limited)
     return uvicorn.Config(
