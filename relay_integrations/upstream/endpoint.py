@@ -279,6 +279,9 @@ class Endpoint:
                     completed = True
                 except (asyncio.CancelledError, GeneratorExit):
                     raise
+                except UpstreamErrorEvent as said:  # the server's words, and where it said them
+                    named = UpstreamErrorEvent(f"{said} (from {response.request.url})")
+                    raise StreamInterrupted(self.role, received, named) from said
                 except Exception as exc:  # httpx/httpx2 transport errors differ by openai version
                     raise StreamInterrupted(self.role, received, exc) from exc
                 finally:

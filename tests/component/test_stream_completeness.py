@@ -140,6 +140,11 @@ BROKEN_AFTER_TEXT = [
         "sent an error object: prompt is too long",
         id="an error object after text, not in an event",
     ),
+    pytest.param(
+        (stream_head("chunked"), chunked(TWO_EVENTS + event(ERROR_400))),
+        "sent an error event: prompt is too long",
+        id="an error event after text",
+    ),
 ]
 
 
