@@ -22,13 +22,23 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.testing.scripted_vllm import Fault
-from relay_integrations.upstream.availability import ServerDown
+from relay_integrations.upstream import availability as availability_module
+from relay_integrations.upstream._http import sdk_request
+from relay_integrations.upstream.availability import Availability, ServerDown
 from relay_integrations.upstream.config import EndpointConfig
-from relay_integrations.upstream.endpoint import CompletionRequest, Endpoint, UpstreamFailure
+from relay_integrations.upstream.endpoint import (
+    CompletionRequest,
+    Endpoint,
+    UpstreamErrorEvent,
+    UpstreamFailure,
+)
 from tests.component.test_http import (  # noqa: F401  (tls_files: a fixture)
     read_request,
     server_tls,
@@ -202,6 +212,92 @@ async def test_any_answer_of_the_server_resets_the_count(answer: str) -> None:
                 await tokenize(small)
             assert not caught.value.outage
         assert not small.availability.down and small.availability.failures == 0
+
+
+# --- the rules, over any schedule of requests and outcomes -----------------------------------
+
+INTERVAL = 1.0
+OUTCOMES: dict[str, Exception] = {
+    "outage": openai.APIConnectionError(request=sdk_request("POST", "http://m/v1")),
+    "answer": UpstreamErrorEvent("the server sent an error event: refused"),
+    "neutral": openai.APITimeoutError(request=sdk_request("POST", "http://m/v1")),
+}
+ENDS = ["succeed", *OUTCOMES]
+step = st.one_of(
+    st.tuples(st.just("call"), st.sampled_from(ENDS)),  # sent and ended at once
+    st.tuples(st.just("send"), st.just("")),  # sent, still out
+    st.tuples(st.just("end"), st.sampled_from(ENDS)),  # the oldest one out ends
+    st.tuples(st.just("wait"), st.sampled_from(["0.3", "1.0", "2.5"])),
+)
+
+
+class Schedule:
+    """Requests through one breaker on a clock of the test's, and what the rules say of
+    them: ``outages`` since the last answer, and when the door last shut (it opened, or a
+    trial ended without an answer)."""
+
+    def __init__(self, failures_to_open: int) -> None:
+        self.now, self.door, self.outages = 0.0, 0.0, 0
+        self.failures_to_open = failures_to_open
+        self.breaker = Availability(
+            "small",
+            "http://m/v1",
+            probe,
+            probe_interval=INTERVAL,
+            probe_timeout=1.0,
+            failures_to_open=failures_to_open,
+        )
+        self.out: list[bool] = []  # the requests out: whether each is the trial
+
+    def send(self) -> bool:
+        down, trials = self.breaker.down, sum(self.out)
+        try:
+            self.out.append(self.breaker.admit())
+        except ServerDown:
+            assert down and (trials == 1 or self.now < self.door + INTERVAL)
+            return False
+        assert not down or (trials == 0 and self.now >= self.door + INTERVAL)
+        return True
+
+    def end(self, outcome: str) -> None:
+        trial, was_down = self.out.pop(0), self.breaker.down
+        if outcome == "succeed":
+            self.breaker.succeeded()
+        else:
+            self.breaker.record(OUTCOMES[outcome], outcome, trial=trial)
+        if outcome in ("succeed", "answer"):
+            self.outages = 0
+        elif outcome == "outage":
+            self.outages += 1
+        if self.breaker.down and (trial or not was_down):
+            self.door = self.now
+        assert self.breaker.down == (self.outages >= self.failures_to_open)
+
+
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=st.lists(step, max_size=40), failures_to_open=st.integers(1, 3))
+def test_the_breaker_keeps_its_rules_over_any_schedule(
+    steps: list[tuple[str, str]], failures_to_open: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Open exactly while `failures_to_open` outages have come since the last answer; closed,
+    every request goes; open, one trial at a time, and only an interval after it opened or
+    after the last trial ended without an answer (then surely)."""
+    schedule = Schedule(failures_to_open)
+    clock = type("Clock", (), {"monotonic": lambda: schedule.now})
+    monkeypatch.setattr(availability_module, "time", clock)  # the breaker's clock only
+    for action, argument in steps:
+        if action == "wait":
+            schedule.now += float(argument)
+        elif action == "send":
+            schedule.send()
+        elif (action == "call" and schedule.send()) or (action == "end" and schedule.out):
+            schedule.end(argument)
+
+
+async def probe() -> str:
+    return "ok"
 
 
 # --- open: one trial at a time ---------------------------------------------------------------
