@@ -101,6 +101,7 @@ _SHARED_ENDPOINT_FIELDS = {
     "max_retries": "max_retries",
     "max_concurrency": "max_concurrency",
     "probe_interval": "probe_interval",
+    "failures_to_open": "failures_to_open",
     "default_headers": "extra_headers",
     "extra_body": "extra_body",
     "verify": "verify",
@@ -201,6 +202,7 @@ class RelaySettings(BaseModel):
     max_retries: int = _same_as(EndpointConfig, "max_retries")
     max_concurrency: int = _same_as(EndpointConfig, "max_concurrency")
     probe_interval: float = _same_as(EndpointConfig, "probe_interval")
+    failures_to_open: int = _same_as(EndpointConfig, "failures_to_open")
     cues: str | list[str] = Field(
         default=_default(RelayConfig, "cues"),
         description="Cue artifact path (relaygen calibrate), 'builtin:NAME', or a list of cues",

@@ -19,13 +19,16 @@ import socket
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import aiohttp
 import openai
 
+from ._http import ClosedBeforeAnswer, IncompleteStream
 from .config import EndpointConfig, ModelRole
 from .headers import shown_url
 
+E = TypeVar("E", bound=BaseException)
 OUTAGE_STATUS = frozenset({502, 503, 504})
 """Statuses that say the server (or every replica behind a router) is out, not the request."""
 
@@ -41,12 +44,18 @@ def is_outage(failure: BaseException) -> bool:
     Not a refused request, a busy server (429), one that accepted the request and was
     slow to answer (the read timeout: it is up, and a probe would say so), nor a
     :func:`misfit` (TLS, a proxy's refusal, a response that broke HTTP, a URL it cannot use):
-    a restart fixes none of those."""
+    a restart fixes none of those. Nor an answer whose event stream fell short before its
+    first piece (:class:`IncompleteStream`): the server answered, and the request is tried
+    again as one whose connection was lost."""
     if isinstance(failure, openai.APIStatusError):
         return failure.status_code in OUTAGE_STATUS
     if isinstance(failure, openai.APITimeoutError):
         return _in_chain(failure, "ConnectTimeout")
-    return isinstance(failure, openai.APIConnectionError) and misfit(failure) is None
+    return (
+        isinstance(failure, openai.APIConnectionError)
+        and misfit(failure) is None
+        and _found(failure, IncompleteStream) is None
+    )
 
 
 def answered(failure: BaseException) -> bool:
@@ -55,6 +64,8 @@ def answered(failure: BaseException) -> bool:
     that is not the SDK's): it is up."""
     if isinstance(failure, openai.APIStatusError):
         return failure.status_code not in OUTAGE_STATUS
+    if _found(failure, IncompleteStream) is not None:  # it answered, then its stream fell short
+        return True
     return isinstance(failure, openai.APIResponseValidationError) or not isinstance(
         failure, openai.APIError
     )
@@ -174,6 +185,17 @@ def explain_failure(
             f"{config.read_timeout:g} s ({tries}): the {role} vLLM server there is overloaded "
             "or stuck, or read_timeout is too short."
         )
+    if (incomplete := _found(cause, IncompleteStream)) is not None:
+        return (
+            f"{incomplete} ({tries}). vLLM ends every stream with a finish reason and [DONE]: "
+            f"the {role} vLLM server there failed mid-request (see its log), or a proxy or "
+            "load balancer in between cut the response."
+        )
+    if _found(cause, ClosedBeforeAnswer) is not None:
+        return (
+            f"{config.base_url} closed the connection before answering ({tries}). Check that "
+            f"the {role} vLLM server is up there and not restarting (see its log)."
+        )
     if isinstance(cause, openai.APIConnectionError):
         proxy = _proxy_address(cause)
         return f"cannot reach {config.base_url} ({_transport_reason(cause, config)}; {tries}). " + (
@@ -203,6 +225,10 @@ def public_reason(cause: BaseException, config: EndpointConfig) -> str:
         return f"it sent nothing for {config.read_timeout:g} s"
     if fault := misfit(cause):
         return fault.what
+    if _found(cause, IncompleteStream) is not None:
+        return "its event stream ended before the answer was whole"
+    if _found(cause, ClosedBeforeAnswer) is not None:
+        return "it closed the connection before answering"
     if isinstance(cause, openai.APIConnectionError):
         chain = _chain(cause)
         if any(isinstance(error, ConnectionRefusedError) for error in chain):
@@ -339,6 +365,15 @@ def _server_message(body: object) -> str | None:
         return str(message) if message else None
     if isinstance(body, str):
         return body.strip() or None
+    return None
+
+
+def _found(failure: BaseException, kind: type[E]) -> E | None:
+    """The first exception of `kind` in `failure`'s chain (an :class:`IncompleteStream`: an
+    answer whose event stream fell short before its first piece), if any."""
+    for error in _chain(failure):
+        if isinstance(error, kind):
+            return error
     return None
 
 

@@ -181,9 +181,10 @@ class EndpointConfig(Frozen):
     probe_interval: float = Field(
         default=1.0,
         gt=0,
-        description="While the server is known down (a request failed for good with no "
-        "connection or a 502/503/504), requests to it fail at once and it is probed "
-        "(GET /v1/models) at most this often; the first answer brings it back",
+        description="While the server is known down (failures_to_open requests in a row "
+        "failed for good with no connection or a 502/503/504), requests to it fail at once "
+        "but one every this many seconds, the half-open trial (GET /v1/models when no "
+        "request comes); the trial's success brings it back",
     )
     failures_to_open: int = Field(
         default=5,

@@ -182,6 +182,34 @@ async def test_a_stream_that_ends_before_its_first_piece_is_a_retried_connection
     assert "ended without a finish reason" in str(outcome.error) or "was cut" in str(outcome.error)
     assert f"127.0.0.1:{server.port}" in str(outcome.error)
     assert "2 attempts" in str(outcome.error) and server.posts == 2  # retried, once
+    assert "cannot reach" not in str(outcome.error)  # it answered: not an outage
+
+
+@pytest.mark.parametrize("steps", BROKEN_BEFORE_TEXT)
+async def test_a_stream_that_falls_short_before_its_first_piece_opens_no_breaker(
+    steps: tuple[bytes, ...],
+) -> None:
+    """The server answered (a 200 head): what fell short was its stream, which a restart does
+    not mend; the breaker that opens at the first outage stays closed, and the next request
+    is sent. (One retry: the raw server closes each connection after its answer, which the
+    next request meets as a kept-alive connection closed before answering.)"""
+    async with RawHttp(always(*steps)) as server:
+        config = EndpointConfig(
+            base_url=server.base_url, model="m", max_retries=1, failures_to_open=1
+        )
+        endpoint = Endpoint(config, "large")
+        try:
+            for _ in range(2):
+                with pytest.raises(UpstreamFailure) as failed:
+                    async for _piece in endpoint.stream_completion(REQUEST):
+                        pass
+                assert not failed.value.outage, failed.value
+                assert "ended without a finish reason" in str(failed.value) or "was cut" in str(
+                    failed.value
+                )
+                assert not endpoint.availability.down
+        finally:
+            await endpoint.aclose()
 
 
 @pytest.mark.parametrize(
