@@ -237,7 +237,7 @@ class HttpResponse:
             connection.protocol.start_timeout()  # this drops aiohttp's timer
         sent = f"{self._sent.method} {self._sent.url}"
         quiet = _QuietStream(content, decoder, self._read_timeout, sent)
-        cut: aiohttp.ClientPayloadError | None = None
+        cut: aiohttp.ClientPayloadError | sse.EventTooLarge | None = None
         try:
             while chunk := await content.readany():
                 for data in decoder.feed(chunk):
@@ -248,10 +248,14 @@ class HttpResponse:
             ) from stalled
         except aiohttp.ClientPayloadError as payload:  # a chunked or sized body cut short
             cut = payload
+        except sse.EventTooLarge as large:
+            cut = large
         finally:
             quiet.close()
-        if cut is not None:  # raised out of the except clause: the innermost cause, that
-            # explanations of a failure read, is this, which names the URL
+        if isinstance(cut, sse.EventTooLarge):  # raised out of the except clause: the
+            # innermost cause, that explanations of a failure read, is this, naming the URL
+            raise IncompleteStream(f"the event stream from {sent} {cut}")
+        if cut is not None:
             raise IncompleteStream(f"the event stream from {sent} was cut: {cut}")
 
     async def json(self) -> Any:

@@ -27,16 +27,26 @@ from collections.abc import AsyncIterable, AsyncIterator
 
 STRAY_KEPT = 8192
 """Bytes of stray lines (:meth:`EventDecoder.stray`) a decoder keeps."""
+MAX_EVENT_BYTES = 32 * 2**20
+"""Most bytes one event (or one line) may hold: far above a vLLM chunk (logprobs and all), far
+below what a server that never ends its line could fill memory with."""
 _FIELDS = frozenset({b"event", b"id", b"retry"})
 """The fields of an event other than ``data`` (read by the standard, not by the relay)."""
 
 
+class EventTooLarge(ValueError):
+    """An event (or a line) longer than :data:`MAX_EVENT_BYTES`: the stream is not read on."""
+
+
 class EventDecoder:
-    """Bytes of an event stream in, the ``data`` of each complete event out."""
+    """Bytes of an event stream in, the ``data`` of each complete event out; an event longer
+    than :data:`MAX_EVENT_BYTES` raises :class:`EventTooLarge`."""
 
     def __init__(self) -> None:
-        self._line = b""  # the start of a line whose end has not arrived
+        self._line: list[bytes] = []  # the start of a line whose end has not arrived, in parts
+        self._line_bytes = 0
         self._data: list[bytes] = []  # the data lines of the event being read
+        self._data_bytes = 0
         self._after_cr = False  # the last byte fed was a CR: an LF next belongs to it
         self._stray = b""  # lines that are no field of an event, up to STRAY_KEPT bytes
         self.idle_bytes = 0
@@ -52,7 +62,7 @@ class EventDecoder:
     def stray(self) -> bytes:
         """The lines fed so far that are no field of an event stream, and an unfinished last
         line: a body that is not events (a JSON error object) is here whole, when short."""
-        return self._stray + self._line[:STRAY_KEPT]
+        return self._stray + b"".join(self._line)[:STRAY_KEPT]
 
     def _is_stray(self, line: bytes) -> bool:
         """Whether `line` (not data, not empty) is kept as stray: no comment, no field of an
@@ -79,25 +89,44 @@ class EventDecoder:
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         else:
             self._after_cr = False
-        lines = (self._line + chunk).split(b"\n") if self._line else chunk.split(b"\n")
-        self._line = lines.pop()
+        if b"\n" not in chunk:  # more of a line: kept in parts (joined once, at its end)
+            if chunk:
+                self._line.append(chunk)
+                self._line_bytes += len(chunk)
+                self._check_size()
+            self.idle_bytes += size
+            return []
+        if self._line:
+            chunk = b"".join((*self._line, chunk))
+        lines = chunk.split(b"\n")
+        last = lines.pop()
+        self._line, self._line_bytes = ([last], len(last)) if last else ([], 0)
         events: list[bytes] = []
         for line in lines:
             if not line:
                 if self._data:
                     events.append(b"\n".join(self._data))
-                    self._data = []
+                    self._data, self._data_bytes = [], 0
             elif line.startswith(b"data"):
                 field, _, value = line.partition(b":")
                 if field == b"data":
                     self._data.append(value[1:] if value.startswith(b" ") else value)
+                    self._data_bytes += len(value)
                 # "data" followed by other letters is another field: ignored
             elif self._is_stray(line):
                 self._stray += line[: STRAY_KEPT - len(self._stray)] + b"\n"
             # comments (":..."), event, id, retry and unknown fields carry nothing here
+        self._check_size()
         if not events:
             self.idle_bytes += size
         return events
+
+    def _check_size(self) -> None:
+        if self._line_bytes + self._data_bytes > MAX_EVENT_BYTES:
+            raise EventTooLarge(
+                f"sent an event (or a line) of more than {MAX_EVENT_BYTES // 2**20} MiB, "
+                "which is not vLLM's: the rest was not read"
+            )
 
 
 async def events(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:

@@ -37,7 +37,7 @@ from relay_integrations.relay import (
     RelaySwitcher,
     SwitchPolicy,
 )
-from relay_integrations.upstream import _http
+from relay_integrations.upstream import _http, sse
 from relay_integrations.upstream import endpoint as endpoint_module
 from relay_integrations.upstream._http import sdk_request
 from relay_integrations.upstream.endpoint import (
@@ -551,3 +551,18 @@ def test_an_http_date_is_read_as_the_seconds_until_it() -> None:
     assert seconds is not None and 27 < seconds <= 30
     assert endpoint_module._parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT") == 0.0
     assert endpoint_module._wait_retry_after(_state(_busy("9" * 400))) == MAX_RETRY_AFTER
+
+
+@pytest.mark.parametrize("before", [b"", TWO_EVENTS], ids=["at once", "after text"])
+async def test_an_event_that_never_ends_is_named_not_kept(
+    before: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that never ends its line fills no memory: past the decoder's limit the stream
+    ends with an error naming the URL and the limit."""
+    monkeypatch.setattr(sse, "MAX_EVENT_BYTES", 2**20)
+    endless = before + b"data: " + b"x" * (2 * 2**20)
+    async with RawHttp(always(stream_head("close"), endless)) as server:
+        outcome = await stream(server)
+    assert isinstance(outcome.error, StreamInterrupted if before else UpstreamFailure), outcome
+    assert "more than 1 MiB" in str(outcome.error)
+    assert f"127.0.0.1:{server.port}" in str(outcome.error)
