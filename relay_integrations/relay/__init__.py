@@ -16,7 +16,7 @@ from the types exported here, and :func:`check_servers` tells whether two server
 """
 
 from ..upstream.config import EndpointConfig, ModelRole, SamplingConfig
-from ..upstream.errors import InvalidChatError, RelayError, RenderError
+from ..upstream.errors import InvalidChatError, InvalidHeaderError, RelayError, RenderError
 from ..upstream.rendering import (
     ChatInput,
     JinjaChatTemplate,
@@ -55,6 +55,7 @@ __all__ = [
     "EndpointConfig",
     "EndpointError",
     "InvalidChatError",
+    "InvalidHeaderError",
     "JinjaChatTemplate",
     "ModelIdentity",
     "ModelPair",

@@ -16,7 +16,7 @@ The relay (:mod:`relay_integrations.relay`) drives two of these; a
 from .completion import CompletionRequest, StreamPiece
 from .config import EndpointConfig, ModelRole, SamplingConfig, SamplingOverrides
 from .endpoint import Endpoint
-from .errors import InvalidChatError, RelayError, RenderError
+from .errors import InvalidChatError, InvalidHeaderError, RelayError, RenderError
 from .observer import RequestObserver
 from .rendering import (
     ChatInput,
@@ -32,6 +32,7 @@ __all__ = [
     "Endpoint",
     "EndpointConfig",
     "InvalidChatError",
+    "InvalidHeaderError",
     "JinjaChatTemplate",
     "ModelRole",
     "PromptRenderer",
