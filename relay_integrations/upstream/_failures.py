@@ -29,6 +29,9 @@ from .config import EndpointConfig, ModelRole
 from .headers import shown_url
 
 E = TypeVar("E", bound=BaseException)
+ERROR_OBJECT = "sent an error object"
+"""What the error of an event stream whose body is a JSON error object says (its code is
+the status of the SDK error it is raised as; the HTTP status was 200)."""
 OUTAGE_STATUS = frozenset({502, 503, 504})
 """Statuses that say the server (or every replica behind a router) is out, not the request."""
 
@@ -286,12 +289,15 @@ def _status_detail(
     cause: openai.APIStatusError, role: ModelRole, config: EndpointConfig, tries: Tries
 ) -> str:
     request, response = cause.request, cause.response
-    text = f"{request.method} {request.url} answered {response.status_code}"
-    reason = response.reason_phrase
-    text += f" {reason}" if reason else ""
-    said = _server_message(cause.body)
-    if said and said.lower() != reason.lower():  # FastAPI's bare 404 says "Not Found" again
-        text += f": {said}"
+    if ERROR_OBJECT in cause.message:  # a 200 event stream whose body was an error object
+        text = f"{cause.message} (code {response.status_code})"
+    else:
+        text = f"{request.method} {request.url} answered {response.status_code}"
+        reason = response.reason_phrase
+        text += f" {reason}" if reason else ""
+        said = _server_message(cause.body)
+        if said and said.lower() != reason.lower():  # FastAPI's bare 404 says "Not Found"
+            text += f": {said}"
     if tries.attempts > 1:
         text += f" ({tries})"
     hint = _status_hint(cause, role, config)

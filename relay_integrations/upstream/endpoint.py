@@ -33,6 +33,7 @@ from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from ._failures import (
+    ERROR_OBJECT,
     ServerDown,
     Tries,
     explain_broken_stream,
@@ -524,7 +525,7 @@ def _error_object(response: HttpResponse, raw: bytes, where: str) -> Exception |
     error = _error_of(body)
     if error is None:
         return None
-    message = f"{where} sent an error object: {error.get('message') or body}"
+    message = f"{where} {ERROR_OBJECT}: {error.get('message') or body}"
     code = error.get("code")
     if isinstance(code, int) and 400 <= code < 600:
         return response.status_error(code, raw, body, message)

@@ -232,6 +232,8 @@ async def test_a_json_error_object_as_the_body_is_the_servers_error(
     assert isinstance(outcome.error.cause, openai.BadRequestError)
     assert "sent an error object: " + said in str(outcome.error.cause)
     assert said in outcome.error.detail
+    assert "answered 400" not in outcome.error.detail  # it answered 200: the code is the body's
+    assert "sent an error object" in outcome.error.detail and "(code 400)" in outcome.error.detail
     assert outcome.error.kind == "rejected" and server.posts == 1
 
 
