@@ -47,17 +47,18 @@ def is_outage(failure: BaseException) -> bool:
     Not a refused request, a busy server (429), one that accepted the request and was
     slow to answer (the read timeout: it is up, and a probe would say so), nor a
     :func:`misfit` (TLS, a proxy's refusal, a response that broke HTTP, a URL it cannot use):
-    a restart fixes none of those. Nor an answer whose event stream fell short before its
-    first piece (:class:`IncompleteStream`): the server answered, and the request is tried
-    again as one whose connection was lost."""
+    a restart fixes none of those. Nor an answer whose event stream ended short before its
+    first piece (:class:`IncompleteStream`, its connection not lost): the server answered,
+    and the request is tried again as one whose connection was lost."""
     if isinstance(failure, openai.APIStatusError):
         return failure.status_code in OUTAGE_STATUS
     if isinstance(failure, openai.APITimeoutError):
         return _in_chain(failure, "ConnectTimeout")
+    incomplete = _found(failure, IncompleteStream)
     return (
         isinstance(failure, openai.APIConnectionError)
         and misfit(failure) is None
-        and _found(failure, IncompleteStream) is None
+        and (incomplete is None or incomplete.lost)
     )
 
 
@@ -67,8 +68,9 @@ def answered(failure: BaseException) -> bool:
     that is not the SDK's): it is up."""
     if isinstance(failure, openai.APIStatusError):
         return failure.status_code not in OUTAGE_STATUS
-    if _found(failure, IncompleteStream) is not None:  # it answered, then its stream fell short
-        return True
+    incomplete = _found(failure, IncompleteStream)
+    if incomplete is not None:  # it answered; then its stream fell short, or was lost
+        return not incomplete.lost
     return isinstance(failure, openai.APIResponseValidationError) or not isinstance(
         failure, openai.APIError
     )

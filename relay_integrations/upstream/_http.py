@@ -100,7 +100,13 @@ class IncompleteStream(RelayError):
     """An event stream that ended before it was whole: its body cut, or (a completion's)
     without a finish reason, or without ``[DONE]`` after it (the cause of a
     ``StreamInterrupted``, or of the ``APIConnectionError`` of a stream that ended before
-    its first piece). The message names the URL and what was missing."""
+    its first piece). The message names the URL and what was missing; ``lost`` says whether
+    the connection was lost mid-body (a server that died, an outage) rather than a body
+    that ended cleanly short of whole, or held what is not vLLM's (the server answered)."""
+
+    def __init__(self, message: str, *, lost: bool) -> None:
+        super().__init__(message)
+        self.lost = lost
 
 
 class ClosedBeforeAnswer(Exception):
@@ -254,9 +260,9 @@ class HttpResponse:
             quiet.close()
         if isinstance(cut, sse.EventTooLarge):  # raised out of the except clause: the
             # innermost cause, that explanations of a failure read, is this, naming the URL
-            raise IncompleteStream(f"the event stream from {sent} {cut}")
+            raise IncompleteStream(f"the event stream from {sent} {cut}", lost=False)
         if cut is not None:
-            raise IncompleteStream(f"the event stream from {sent} was cut: {cut}")
+            raise IncompleteStream(f"the event stream from {sent} was cut: {cut}", lost=True)
 
     async def json(self) -> Any:
         """The whole body, decoded."""

@@ -510,7 +510,7 @@ def _check_whole(response: HttpResponse, finished: bool, ended: bool) -> None:
         problem += ", in the middle of an event"
     if stray:
         problem += f"; it sent lines that are not events: {shown(stray)}"
-    raise IncompleteStream(problem)
+    raise IncompleteStream(problem, lost=cut)  # a body closed mid-event: a connection lost
 
 
 def _error_object(response: HttpResponse, raw: bytes, where: str) -> Exception | None:

@@ -238,9 +238,11 @@ def test_past_the_resume_budget_the_stream_ends_with_an_error_naming_no_address(
             upstream.CUES,
             free_port(),
             RELAY_LARGE__MAX_RETRIES="0",
-            # one failure opens the breaker here (five in a row by default), so that the request
-            # after the budget finds the large server known down, at once
+            # one failure opens the breaker here (five in a row by default), and no request is
+            # let through as its half-open trial for 30 s, so that the request after the
+            # budget finds the large server known down, at once
             RELAY_LARGE__FAILURES_TO_OPEN="1",
+            RELAY_LARGE__PROBE_INTERVAL="30",
             RELAY_POLICY__RESUME_WAIT_SECONDS="1",
         )
         with relaygen_serve(env) as relay:

@@ -185,13 +185,22 @@ async def test_a_stream_that_ends_before_its_first_piece_is_a_retried_connection
     assert "cannot reach" not in str(outcome.error)  # it answered: not an outage
 
 
-@pytest.mark.parametrize("steps", BROKEN_BEFORE_TEXT)
-async def test_a_stream_that_falls_short_before_its_first_piece_opens_no_breaker(
-    steps: tuple[bytes, ...],
+@pytest.mark.parametrize(
+    ("steps", "lost"),
+    [
+        pytest.param(*BROKEN_BEFORE_TEXT[0].values, False, id="a body with no event"),
+        pytest.param(*BROKEN_BEFORE_TEXT[1].values, False, id="a body that is only [DONE]"),
+        pytest.param(*BROKEN_BEFORE_TEXT[2].values, True, id="cut in the first event"),
+        pytest.param(*BROKEN_BEFORE_TEXT[3].values, True, id="chunked body cut at once"),
+    ],
+)
+async def test_a_stream_that_falls_short_before_its_first_piece_is_an_outage_if_lost(
+    steps: tuple[bytes, ...], lost: bool
 ) -> None:
-    """The server answered (a 200 head): what fell short was its stream, which a restart does
-    not mend; the breaker that opens at the first outage stays closed, and the next request
-    is sent. (One retry: the raw server closes each connection after its answer, which the
+    """A body that ended cleanly short of whole: the server answered, which a restart does not
+    mend; the breaker that opens at the first outage stays closed, and the next request is
+    sent. A connection lost mid-body (a server that died while answering) is an outage, and
+    opens it. (One retry: the raw server closes each connection after its answer, which the
     next request meets as a kept-alive connection closed before answering.)"""
     async with RawHttp(always(*steps)) as server:
         config = EndpointConfig(
@@ -199,15 +208,14 @@ async def test_a_stream_that_falls_short_before_its_first_piece_opens_no_breaker
         )
         endpoint = Endpoint(config, "large")
         try:
-            for _ in range(2):
-                with pytest.raises(UpstreamFailure) as failed:
-                    async for _piece in endpoint.stream_completion(REQUEST):
-                        pass
-                assert not failed.value.outage, failed.value
-                assert "ended without a finish reason" in str(failed.value) or "was cut" in str(
-                    failed.value
-                )
-                assert not endpoint.availability.down
+            with pytest.raises(UpstreamFailure) as failed:
+                async for _piece in endpoint.stream_completion(REQUEST):
+                    pass
+            assert failed.value.outage == lost, failed.value
+            assert "ended without a finish reason" in str(failed.value) or "was cut" in str(
+                failed.value
+            )
+            assert endpoint.availability.down == lost
         finally:
             await endpoint.aclose()
 
