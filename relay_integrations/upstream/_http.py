@@ -76,6 +76,11 @@ KEEPALIVE_SECONDS = 4.0
 server (uvicorn) closes one, so that a request rarely meets a connection closed under it."""
 SHOWN_BODY = 200
 """Characters of an unexpected body quoted in an error."""
+TURN_EVERY = 64
+"""Events a stream hands on before the event loop gets a turn: a read of bytes already
+received does not suspend, so a backlog (a reader that fell behind, a server that sent many
+events at once) would otherwise be handed on in one callback, holding every other task of
+the loop for as long as the reader takes over all of it (tens of milliseconds)."""
 MAX_BODY_BYTES = 32 * 2**20
 """Most bytes of a whole body read (JSON, or an error's), once decompressed: far above what
 vLLM answers (``/tokenize`` of a million-token prompt is about 8 MB), far below what a small
@@ -244,10 +249,22 @@ class HttpResponse:
         sent = f"{self._sent.method} {self._sent.url}"
         quiet = _QuietStream(content, decoder, self._read_timeout, sent)
         cut: aiohttp.ClientPayloadError | sse.EventTooLarge | None = None
+        read = 0  # events handed on since the loop last had a turn here
         try:
             while chunk := await content.readany():
-                for data in decoder.feed(chunk):
+                batch = decoder.feed(chunk)
+                if len(batch) > TURN_EVERY:  # a backlog read at once: a turn every slice
+                    for start in range(0, len(batch), TURN_EVERY):
+                        for data in batch[start : start + TURN_EVERY]:
+                            yield data
+                        await asyncio.sleep(0)
+                    continue
+                for data in batch:
                     yield data
+                read += len(batch)
+                if read >= TURN_EVERY:
+                    read = 0
+                    await asyncio.sleep(0)
         except TimeoutError as stalled:  # aiohttp's, should a session of one's own set one
             raise ReadTimeout(
                 f"no event from {sent} for read_timeout={self._read_timeout:g} s"

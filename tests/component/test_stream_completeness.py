@@ -576,3 +576,37 @@ async def test_an_event_that_never_ends_is_named_not_kept(
     assert isinstance(outcome.error, StreamInterrupted if before else UpstreamFailure), outcome
     assert "more than 1 MiB" in str(outcome.error)
     assert f"127.0.0.1:{server.port}" in str(outcome.error)
+
+
+@pytest.mark.parametrize("writes", [1, 40], ids=["one write", "many writes"])
+async def test_a_backlog_of_events_gives_the_loop_turns(writes: int) -> None:
+    """Bytes already received are read without suspending: a backlog of 2,000 events (sent at
+    once, or read by a consumer that fell behind) is handed on in slices, the loop getting a
+    turn between them, never in one callback that holds every other task of the loop."""
+    body = b"".join(text_chunk("x") for _ in range(2000)) + text_chunk("", "stop") + DONE
+    size = -(-len(body) // writes)
+    parts = [body[i : i + size] for i in range(0, len(body), size)]
+    async with RawHttp(always(*framed(parts, "close"))) as server:
+        turns = 0
+
+        async def ticker() -> None:
+            nonlocal turns
+            while True:
+                await asyncio.sleep(0)
+                turns += 1
+
+        await asyncio.sleep(0.3)  # nothing is read until the whole body waits in the buffer
+        endpoint = Endpoint(EndpointConfig(base_url=server.base_url, model="m"), "large")
+        try:
+            pieces = 0
+            async for _piece in endpoint.stream_completion(REQUEST):
+                if pieces == 0:
+                    await asyncio.sleep(0.3)  # the rest of the body arrives meanwhile
+                    counting = asyncio.create_task(ticker())
+                    turns = 0
+                pieces += 1
+            counting.cancel()
+        finally:
+            await endpoint.aclose()
+    assert pieces >= 2001
+    assert turns >= 2000 // 64 - 2  # a turn every slice of the backlog (64 events)
