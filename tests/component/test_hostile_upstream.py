@@ -263,6 +263,21 @@ def test_a_gzip_bomb_for_the_model_list_is_refused_or_read_in_bounded_memory() -
     assert isinstance(failed, RelayError), repr(failed)
 
 
+def test_an_event_line_that_never_ends_is_refused_in_bounded_memory() -> None:
+    """A chunk, then a ``data:`` line of 128 MiB without a line break (bytes keep arriving,
+    so no read timeout ends it)."""
+    endless = AnswerPlan(events=(Chunk("a"),), ending="endless_line")
+    tracemalloc.start()
+    try:
+        outcome, server = asyncio.run(stream_once([endless], 0))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, f"{peak >> 20} MiB held reading an endless line ({outcome.error!r})"
+    assert isinstance(outcome.error, RelayError), repr(outcome)
+    assert names_its_cause(outcome.error, endless, server), repr(outcome.error)
+
+
 # --- whole generations -------------------------------------------------------------------
 
 CUES = CueSet.from_list(["Therefore,", "Now"])

@@ -102,14 +102,19 @@ Event = Chunk | Usage | Done | Comment | Raw
 Framing = Literal["length", "chunked", "close"]
 """How the body's end is told: a Content-Length, chunked transfer encoding, or the connection's
 close (HTTP/1.1's close-delimited body)."""
-Ending = Literal["whole", "mid_event", "mid_chunk_size", "hang_up", "stall", "heartbeats"]
+Ending = Literal[
+    "whole", "mid_event", "mid_chunk_size", "hang_up", "stall", "heartbeats", "endless_line"
+]
 """How the answer ends: its whole body; the connection closed half-way through the last
 event's bytes, or half-way through its chunk's size line (chunked framing); closed after the
 request was read, with no answer at all; held open after the events with nothing more sent;
-or held open with an SSE comment every ``HEARTBEAT`` seconds (bytes arrive, no event)."""
+held open with an SSE comment every ``HEARTBEAT`` seconds (bytes arrive, no event); or
+followed by a ``data:`` line of ``ENDLESS_MIB`` MiB that never ends (no line break)."""
 
 FRAMINGS: tuple[Framing, ...] = ("chunked", "length", "close")
 HEARTBEAT = 0.1
+ENDLESS_MIB = 128
+"""MiB of the line that never ends (an ``endless_line`` ending)."""
 """Seconds between the comments of an answer that ends in heartbeats."""
 MODEL = "m"
 """The model name of the answers built here (and what ``/v1/models`` serves by default)."""
@@ -270,8 +275,9 @@ class AnswerPlan:
         if self.content_type is not None:
             lines.append(f"content-type: {self.content_type}")
         if self.framing == "length":
-            held = self.ending in ("stall", "heartbeats")
-            lines.append(f"content-length: {body_length + (1 << 20 if held else 0)}")
+            held = self.ending in ("stall", "heartbeats", "endless_line")
+            more = (ENDLESS_MIB + 1) << 20 if held else 0
+            lines.append(f"content-length: {body_length + more}")
         elif self.framing == "chunked":
             lines.append("transfer-encoding: chunked")
         lines += [f"{name}: {value}" for name, value in self.headers]
@@ -582,6 +588,13 @@ async def _answer(
             await writer.drain()
     if plan.ending == "stall":
         await reader.read()  # until the client leaves (or the server closes)
+        return
+    if plan.ending == "endless_line":
+        writer.write(_framed(b"data: ", plan.framing))
+        mebibyte = _framed(b"x" * (1 << 20), plan.framing)  # one block, written again
+        for _ in range(ENDLESS_MIB):
+            writer.write(mebibyte)
+            await writer.drain()
         return
     if plan.ending == "heartbeats":
         while not writer.transport.is_closing():  # until the client leaves
