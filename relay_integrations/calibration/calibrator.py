@@ -40,6 +40,7 @@ from ..relay.artifact import (
 )
 from ..relay.closing import AsyncClosing
 from ..relay.config import ReasoningMarkers
+from ..upstream.answers import Tokenized
 from ..upstream.config import EndpointConfig, SamplingConfig
 from ..upstream.endpoint import Endpoint
 from ..upstream.errors import RelayError
@@ -214,7 +215,7 @@ async def _identity(endpoint: Endpoint | None) -> ModelIdentity:
         raise RelayError("name the model that wrote the traces (large_identity=...)")
     info = await endpoint.model_info()
     body = {"model": endpoint.config.model, "prompt": TOKENIZER_PROBE, "add_special_tokens": False}
-    ids = (await endpoint.post_json("/tokenize", body))["tokens"]
+    ids = (await endpoint.post_json("/tokenize", body, Tokenized)).tokens
     fingerprint = hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]
     return ModelIdentity(
         model=info.root or info.id, served_name=info.id, tokenizer=f"probe-sha256:{fingerprint}"

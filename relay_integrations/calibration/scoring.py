@@ -19,8 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, Field
+
 from ..relay.config import ReasoningMarkers
 from ..relay.reasoning import PromptReasoning
+from ..upstream.answers import Detokenized, Tokenized
 from ..upstream.endpoint import Endpoint
 from ..upstream.errors import RelayError
 from ..upstream.rendering import ChatInput, PromptRenderer
@@ -94,27 +97,44 @@ class TraceScorer:
                 "prompt_logprobs": 2,
                 "return_token_ids": True,
             },
+            _ScoredPrompt,
         )
         return _line_up(trace.id, text, target.reasoning_start, ids, response)
 
     async def _token_ids(self, text: str) -> list[int]:
         body = {"model": self.endpoint.config.model, "prompt": text, "add_special_tokens": False}
-        tokens: list[int] = (await self.endpoint.post_json("/tokenize", body))["tokens"]
-        return tokens
+        return (await self.endpoint.post_json("/tokenize", body, Tokenized)).tokens
 
     async def _detokenize(self, ids: list[int]) -> str:
         body = {"model": self.endpoint.config.model, "tokens": ids}
-        prompt: str = (await self.endpoint.post_json("/detokenize", body))["prompt"]
-        return prompt
+        return (await self.endpoint.post_json("/detokenize", body, Detokenized)).prompt
+
+
+class _TokenLogprob(BaseModel):
+    logprob: float
+    rank: int
+    decoded_token: str | None = None
+
+
+class _ScoredChoice(BaseModel):
+    prompt_logprobs: list[dict[str, _TokenLogprob] | None] | None = None
+    prompt_token_ids: list[int] | None = None
+
+
+class _ScoredPrompt(BaseModel):
+    """The answer of a one-token completion with ``prompt_logprobs``: each prompt token's
+    top log-probabilities (the first token's: None)."""
+
+    choices: list[_ScoredChoice] = Field(min_length=1)
 
 
 def _line_up(
-    trace_id: str, text: str, reasoning_start: int, ids: list[int], response: dict[str, Any]
+    trace_id: str, text: str, reasoning_start: int, ids: list[int], response: _ScoredPrompt
 ) -> ScoredTrace:
     """Token starts (in reasoning coordinates) and margins of the tokens in the reasoning."""
-    choice = response["choices"][0]
-    logprobs = choice.get("prompt_logprobs")
-    echoed = choice.get("prompt_token_ids") or ids
+    choice = response.choices[0]
+    logprobs = choice.prompt_logprobs
+    echoed = choice.prompt_token_ids or ids
     if not logprobs or len(logprobs) != len(ids) or list(echoed) != ids:
         raise ScoringError(
             f"trace {trace_id}: the server returned {len(logprobs or [])} prompt logprobs for "
@@ -123,9 +143,9 @@ def _line_up(
     pieces: list[str] = []
     margins: list[float] = []
     for position in range(1, len(ids)):  # position 0 has no prediction
-        entry: Mapping[str, Any] = logprobs[position]
-        actual = entry.get(str(ids[position])) or {}
-        piece = actual.get("decoded_token")
+        entry = logprobs[position] or {}
+        actual = entry.get(str(ids[position]))
+        piece = actual.decoded_token if actual is not None else None
         if piece is None:
             raise ScoringError(f"trace {trace_id}: token {position} came back without its text")
         pieces.append(piece)
@@ -152,9 +172,9 @@ def _line_up(
     return ScoredTrace(trace_id, reasoning, tuple(starts), tuple(kept))
 
 
-def _margin(entry: Mapping[str, Any]) -> float:
+def _margin(entry: Mapping[str, _TokenLogprob]) -> float:
     """p(top1) - p(top2) from one position's top-2 log-probabilities (found by rank)."""
-    by_rank = {info["rank"]: info["logprob"] for info in entry.values()}
+    by_rank = {info.rank: info.logprob for info in entry.values()}
     top1 = math.exp(by_rank[1])
     top2 = math.exp(by_rank[2]) if 2 in by_rank else 0.0
     return top1 - top2

@@ -42,6 +42,7 @@ from ..relay.cues import CueSet
 from ..relay.final_event import final_event
 from ..relay.switcher import RelaySwitcher
 from ..relay.sync import loop_running_here, shared_loop
+from ..upstream.answers import Tokenized
 from ..upstream.rendering import PromptRenderer
 from .exchange import ChatEvent, ChatRequest, ChatResponse, ToolCallChunk, stream_chat
 
@@ -113,8 +114,8 @@ class RelayClient:
         """``POST /tokenize`` on the large model's server (a prompt, or messages and tools)."""
         async with self._using() as switcher:
             body = {"model": self.config.large.model, **body}
-            response = await switcher.endpoints["large"].post_json("/tokenize", body)
-        return int(response["count"])
+            tokenized = await switcher.endpoints["large"].post_json("/tokenize", body, Tokenized)
+        return len(tokenized.tokens) if tokenized.count is None else tokenized.count
 
     async def context_window(self) -> int | None:
         """The large model's context window, as its server reports it (kept in

@@ -29,7 +29,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from typing import Any, TypeVar
 
 import openai
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from ._failures import (
@@ -58,6 +58,7 @@ MAX_RETRY_AFTER = 60.0
 
 
 class StreamInterrupted(RelayError):
+M = TypeVar("M", bound=BaseModel)
     """A stream broke after producing text; ``text`` is what arrived before the break."""
 
     def __init__(self, role: ModelRole, text: str, cause: BaseException) -> None:
@@ -201,13 +202,20 @@ class Endpoint:
         self.availability.succeeded()
         return "ok"
 
-    async def post_json(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """POST to a path at the server root (``/tokenize``, ``/detokenize``), with retries."""
+    async def post_json(self, path: str, body: Mapping[str, Any], answer: type[M]) -> M:
+        """POST to a path at the server root (``/tokenize``, ``/detokenize``), with retries;
+        the answer validated as `answer` (:mod:`.answers`), or a :class:`RelayError` naming
+        the URL and the fields that were wrong or missing (never their values)."""
         data = await self._with_retries(lambda: self._json("POST", self._root_path + path, body))
-        if not isinstance(data, dict):
+        try:
+            return answer.model_validate(data)
+        except ValidationError as wrong:
+            fields = sorted({".".join(map(str, e["loc"])) or "the body" for e in wrong.errors()})
             url = self.config.server_root + path
-            raise RelayError(f"{self.role} endpoint {url} answered {type(data).__name__}, not JSON")
-        return data
+            raise RelayError(
+                f"{self.role} endpoint {url} answered what is not vLLM's answer there (wrong or "
+                f"missing: {', '.join(fields)}): check that it is a vLLM server"
+            ) from None
 
     async def _json(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
         async with self._slots:

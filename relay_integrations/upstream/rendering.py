@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import openai
 
+from .answers import Detokenized, Tokenized
 from .endpoint import Endpoint, UpstreamFailure
 from .errors import InvalidChatError, RenderError
 
@@ -66,9 +67,9 @@ class ServerChatTemplate:
         if chat.chat_template_kwargs:
             body["chat_template_kwargs"] = chat.chat_template_kwargs
         try:
-            tokens = (await endpoint.post_json("/tokenize", body))["tokens"]
+            tokens = (await endpoint.post_json("/tokenize", body, Tokenized)).tokens
             detokenized = await endpoint.post_json(
-                "/detokenize", {"model": endpoint.config.model, "tokens": tokens}
+                "/detokenize", {"model": endpoint.config.model, "tokens": tokens}, Detokenized
             )
         except UpstreamFailure as failure:
             if isinstance(failure.cause, openai.NotFoundError):
@@ -81,7 +82,7 @@ class ServerChatTemplate:
                     f"{endpoint.role} endpoint could not render the chat: {failure.cause.message}"
                 ) from None
             raise
-        return RenderedPrompt(text=detokenized["prompt"], token_count=len(tokens))
+        return RenderedPrompt(text=detokenized.prompt, token_count=len(tokens))
 
 
 class JinjaChatTemplate:

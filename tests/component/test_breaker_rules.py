@@ -31,6 +31,7 @@ from relay_integrations.langchain import RelayChatModel
 from relay_integrations.testing.scripted_vllm import Fault
 from relay_integrations.upstream import availability as availability_module
 from relay_integrations.upstream._http import sdk_request
+from relay_integrations.upstream.answers import Tokenized
 from relay_integrations.upstream.availability import Availability, ServerDown
 from relay_integrations.upstream.config import EndpointConfig
 from relay_integrations.upstream.endpoint import (
@@ -108,8 +109,8 @@ async def endpoint(origin: str, **fields: Any) -> AsyncIterator[Endpoint]:
         await made.aclose()
 
 
-async def tokenize(endpoint: Endpoint, prompt: str = "Hi") -> dict[str, Any]:
-    return await endpoint.post_json("/tokenize", {"prompt": prompt})
+async def tokenize(endpoint: Endpoint, prompt: str = "Hi") -> Tokenized:
+    return await endpoint.post_json("/tokenize", {"prompt": prompt}, Tokenized)
 
 
 async def complete(endpoint: Endpoint, prompt: str = "Hi") -> str:
@@ -310,8 +311,9 @@ async def opened(server: Server, small: Endpoint) -> None:
     assert small.availability.down
 
 
-async def at_once(small: Endpoint, count: int) -> list[dict[str, Any] | BaseException]:
-    return await asyncio.gather(*(tokenize(small) for _ in range(count)), return_exceptions=True)
+async def at_once(small: Endpoint, count: int) -> list[Tokenized | BaseException]:
+    calls = (tokenize(small) for _ in range(count))
+    return list(await asyncio.gather(*calls, return_exceptions=True))
 
 
 async def test_half_open_sends_one_trial_whose_success_closes_the_breaker() -> None:
@@ -329,7 +331,7 @@ async def test_half_open_sends_one_trial_whose_success_closes_the_breaker() -> N
         server.mode, server.delay = "up", 0.2  # the trial is still out when the others come
         outcomes = await at_once(small, 4)
         assert len(server.requests) == 2  # exactly one request reached the server
-        passed = [o for o in outcomes if isinstance(o, dict)]
+        passed = [o for o in outcomes if isinstance(o, Tokenized)]
         refused = [o for o in outcomes if isinstance(o, UpstreamFailure) and not_sent(o)]
         assert (len(passed), len(refused)) == (1, 3)
         assert not small.availability.down

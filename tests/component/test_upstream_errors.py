@@ -21,6 +21,7 @@ from relay_integrations.server.generation import upstream_error
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
 from relay_integrations.upstream.endpoint import CompletionRequest, Endpoint, UpstreamFailure
 from tests.fakes.ports import refusing_port
+from tests.fakes.raw_http import Answer, RawHttp, Seen, json_answer
 
 TRACE = "<think>\nLet me see. Therefore, it is 4.\n</think>\n\nThe answer is 4."
 MESSAGES = [{"role": "user", "content": "What is 2 + 2?"}]
@@ -207,3 +208,38 @@ async def test_a_stalled_server_is_told_from_one_that_is_not_up() -> None:
         "too short."
     )
     assert upstream_error(error).status == 504
+
+
+@pytest.mark.parametrize(
+    ("tokenize", "detokenize", "named"),
+    [
+        pytest.param({"count": 3}, {"prompt": "p"}, "tokens", id="tokenize without tokens"),
+        pytest.param({"tokens": ["a"]}, {"prompt": "p"}, "tokens.0", id="tokens not ids"),
+        pytest.param([1, 2], {"prompt": "p"}, "the body", id="tokenize answers a list"),
+        pytest.param({"tokens": [1]}, {"text": "p"}, "prompt", id="detokenize without prompt"),
+    ],
+)
+async def test_a_json_answer_without_what_the_relay_reads_is_named(
+    tokenize: object, detokenize: object, named: str
+) -> None:
+    """A server that answers 200 on /tokenize or /detokenize without the field the relay
+    reads (not vLLM, or a gateway in between) is a RelayError naming the URL and the field,
+    never a KeyError from inside the relay (which relaygen serve answered as an internal
+    error)."""
+
+    def script(request: Seen) -> Answer:
+        if request.path == "/v1/models":
+            return json_answer({"data": [{"id": "large"}, {"id": "small"}]})
+        return json_answer(tokenize if request.path == "/tokenize" else detokenize)
+
+    async with RawHttp(script) as server:
+        config = pair(
+            EndpointConfig(base_url=server.base_url, model="large", max_retries=0),
+            EndpointConfig(base_url=server.base_url, model="small", max_retries=0),
+        )
+        async with RelaySwitcher(config) as relay:
+            with pytest.raises(RelayError) as caught:
+                await relay.generate(MESSAGES)
+    said = str(caught.value)
+    assert f"127.0.0.1:{server.port}/" in said and named in said, said
+    assert "not vLLM's answer" in said

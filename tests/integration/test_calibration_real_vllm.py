@@ -13,8 +13,10 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from relay_integrations.calibration import (
     Calibrator,
@@ -49,6 +51,12 @@ PLANTED = [
 ]
 PROBLEMS = [f"Problem {i}: what is {i} + {i}?" for i in range(len(PLANTED))]
 RULE = SelectionRule(k=0.0, min_occurrences=2)
+
+
+class Completion(BaseModel):
+    """A non-streamed ``/v1/completions`` answer, its choices as vLLM sends them."""
+
+    choices: list[dict[str, Any]]
 
 
 def write_problems(path: Path, problems: list[str] = PROBLEMS) -> ProblemSet:
@@ -208,8 +216,9 @@ async def test_a_margin_belongs_to_the_token_it_is_placed_at(
                     "logprobs": 2,
                     "add_special_tokens": False,
                 },
+                Completion,
             )
-            top = sorted(response["choices"][0]["logprobs"]["top_logprobs"][0].values())[::-1]
+            top = sorted(response.choices[0]["logprobs"]["top_logprobs"][0].values())[::-1]
             expected = math.exp(top[0]) - math.exp(top[1])
             assert scored.margins[k] == pytest.approx(expected, rel=1e-3)
             assert scored.margins[k] != pytest.approx(scored.margins[k + 1], rel=1e-3)
