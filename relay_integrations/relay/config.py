@@ -38,6 +38,10 @@ forcing hooks of :mod:`relay_integrations.testing`."""
 CONTEXT_MARGIN = 16
 """Tokens kept free below a context window: text re-tokenized across models may grow."""
 
+DEADLINE_MARGIN = 60.0
+"""Seconds of the default recovery deadline past ``resume_wait_seconds``: the retries on
+either side of a restart (the endpoint honours a ``Retry-After`` of up to a minute)."""
+
 
 class SwitchPolicy(Frozen):
     """When control passes between the models, and what happens when something goes wrong."""
@@ -90,7 +94,17 @@ class SwitchPolicy(Frozen):
         "around (the large model's; the small model's too with on_small_failure='raise') to "
         "come back after it went out mid-generation: a restart within it loses no text, past "
         "it the generation fails with its partial result. A generation that has written "
-        "nothing yet fails at once (0: always at once)",
+        "nothing yet fails at once (0: always at once). Within deadline_seconds",
+    )
+    deadline_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="Most seconds one generation spends recovering from failures, in all: "
+        "from a failure it meets (a request failed beyond its retries, a stream that broke) "
+        "until a request gives text again, and every retry's wait (backoff, Retry-After). "
+        "Past it the generation fails with its partial result, and the error says what the "
+        "time went on. None: resume_wait_seconds + 60 (a restart, and a minute for the "
+        "retries around it); not less than resume_wait_seconds when both are given",
     )
     speculative_handoff: bool = Field(
         default=True,
@@ -108,6 +122,29 @@ class SwitchPolicy(Frozen):
         "servers share CPU cores it measured slower. Needs the two models on two servers "
         "(refused for one: one cache). The text is the same either way",
     )
+
+    @property
+    def deadline(self) -> float:
+        """The generation's recovery deadline in seconds: ``deadline_seconds``, or by default
+        ``resume_wait_seconds`` and a minute (derived here, so that a copy with another
+        ``resume_wait_seconds`` cannot keep a stale one)."""
+        if self.deadline_seconds is not None:
+            return self.deadline_seconds
+        return self.resume_wait_seconds + DEADLINE_MARGIN
+
+    @model_validator(mode="after")
+    def _waits_within_the_deadline(self) -> SwitchPolicy:
+        """Refuse a wait for a server longer than the deadline it is part of, when both are
+        given: one of the two is not what was meant."""
+        given = self.model_fields_set
+        if "resume_wait_seconds" in given and self.deadline < self.resume_wait_seconds:
+            raise ValueError(
+                f"policy.deadline_seconds ({self.deadline:g}) is shorter than "
+                f"policy.resume_wait_seconds ({self.resume_wait_seconds:g}), which it bounds: "
+                "the wait for a server is part of the time a generation may spend recovering. "
+                "Raise deadline_seconds or lower resume_wait_seconds."
+            )
+        return self
 
 
 class ReasoningMarkers(Frozen):

@@ -48,6 +48,12 @@ from .availability import Availability
 from .completion import CompletionRequest as CompletionRequest
 from .completion import StreamPiece as StreamPiece
 from .config import EndpointConfig, ModelRole
+from .deadline import (
+    current_deadline,
+    sleep_within_deadline,
+    stop_at_deadline,
+    wait_within_deadline,
+)
 from .errors import RelayError, UpstreamKind
 from .observer import RequestObserver
 
@@ -459,10 +465,15 @@ class Endpoint:
         }
 
     def _retrying(self) -> AsyncRetrying:
+        """The retry loop: within the current :class:`~.deadline.Deadline` too (a relay
+        generation's), whose time its waits spend; it waits no longer than is left, and stops
+        once nothing is."""
+        deadline = current_deadline()
         return AsyncRetrying(
             retry=retry_if_exception(self._may_retry),
-            stop=stop_after_attempt(self.config.max_retries + 1),
-            wait=_wait_retry_after,
+            stop=stop_after_attempt(self.config.max_retries + 1) | stop_at_deadline(deadline),
+            wait=wait_within_deadline(_wait_retry_after, deadline),
+            sleep=sleep_within_deadline(deadline),
             before_sleep=self._log_retry,
             reraise=True,  # the last attempt's own error, explained in _with_retries
         )
