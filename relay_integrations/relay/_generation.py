@@ -190,7 +190,11 @@ class Generation:
     ) -> AsyncGenerator[TextDelta | RequestEnd, None]:
         """Stream one request into the transcript: the text released, then how the request
         ended. Its usage goes to `turn`; a broken stream's text stays, and its tokens count
-        (the server's count up to the last piece, else one a piece)."""
+        (the server's count up to the last piece, else one a piece). A stream that broke
+        after the server had ended the request (its finish came, or its text holds a stop)
+        ended there: only a stream that broke mid-way raises :class:`StreamInterrupted`.
+        The request is opened within the generation's recovery deadline, and its first
+        piece ends a recovery (:class:`~._recovery.Recovery`)."""
         pieces, tokens, counted, start = 0, None, False, len(self.transcript)
         finish_reason: str | None = None
         stop_reason: str | int | None = None

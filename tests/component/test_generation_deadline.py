@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from relay_integrations.relay import EndpointError, RelaySwitcher, SwitchPolicy
+from relay_integrations.relay import EndpointError, RelayConfig, RelaySwitcher, SwitchPolicy
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
 from relay_integrations.upstream.completion import CompletionRequest
 from relay_integrations.upstream.deadline import Deadline, deadline_scope
@@ -117,6 +117,10 @@ def test_a_deadline_shorter_than_the_wait_it_bounds_is_refused() -> None:
     assert SwitchPolicy().deadline == 120 + 60  # the wait for a restart, and a minute
     assert SwitchPolicy(resume_wait_seconds=300).deadline == 360
     assert SwitchPolicy(deadline_seconds=30).deadline == 30  # the waits within it
+    environ = {"RELAY_LARGE__BASE_URL": "http://a/v1", "RELAY_LARGE__MODEL": "a"}
+    environ |= {"RELAY_SMALL__BASE_URL": "http://b/v1", "RELAY_SMALL__MODEL": "b"}
+    environ["RELAY_POLICY__DEADLINE_SECONDS"] = "45"
+    assert RelayConfig.from_env(environ=environ).policy.deadline == 45
 
 
 # --- streams that break where the request had ended -----------------------------------------
