@@ -58,13 +58,13 @@ from .errors import RelayError, UpstreamKind
 from .observer import RequestObserver
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 logger = logging.getLogger(__name__)
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 MAX_RETRY_AFTER = 60.0
 
 
 class StreamInterrupted(RelayError):
-M = TypeVar("M", bound=BaseModel)
     """A stream broke after producing text; ``text`` is what arrived before the break."""
 
     def __init__(self, role: ModelRole, text: str, cause: BaseException) -> None:
