@@ -25,7 +25,7 @@ from tests.component.test_switcher_scripted import MESSAGES, TRACE
 from tests.fakes.relay_config import make_config
 
 DEADLINE = 3.0
-SLACK = 1.0
+SLACK = 1.5  # a shared 2-core machine; the last attempt and the error after the deadline
 
 
 def refusing(after: int = 1) -> list[Fault]:
