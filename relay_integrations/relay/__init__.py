@@ -27,7 +27,7 @@ from ..upstream.rendering import (
 from .artifact import CueArtifact, ModelIdentity, ModelPair, builtin_artifact_names, load_artifact
 from .config import ReasoningMarkers, RelayConfig, SwitchPolicy
 from .cues import CueMatch, CueSet
-from .errors import ContextOverflowError, CueArtifactError, EndpointError
+from .errors import ContextOverflowError, CueArtifactError, DeadlineExceeded, EndpointError
 from .reasoning import PromptReasoning, split_reasoning
 from .request import RelayRequest
 from .result import (
@@ -52,6 +52,7 @@ __all__ = [
     "CueArtifactError",
     "CueMatch",
     "CueSet",
+    "DeadlineExceeded",
     "EndpointConfig",
     "EndpointError",
     "InvalidChatError",

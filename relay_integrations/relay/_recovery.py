@@ -27,13 +27,9 @@ from ..upstream.deadline import Deadline, deadline_scope
 from ..upstream.endpoint import Endpoint, StreamInterrupted, UpstreamFailure
 from ._tally import Tally
 from .config import RelayConfig
+from .errors import DeadlineExceeded
 
 logger = logging.getLogger(__name__)
-
-
-class DeadlineExceeded(UpstreamFailure):
-    """A generation ran out of its recovery deadline (``SwitchPolicy.deadline_seconds``): the
-    message says what the time went on, and the last failure."""
 
 
 class Recovery:

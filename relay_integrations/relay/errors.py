@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..upstream.config import ModelRole
+from ..upstream.endpoint import UpstreamFailure
 from ..upstream.errors import RelayError, UpstreamKind
 from .config import CONTEXT_MARGIN
 
@@ -46,6 +47,16 @@ class ContextOverflowError(RelayError, ValueError):
         )
         self.prompt_tokens = prompt_tokens
         self.windows = windows
+
+
+class DeadlineExceeded(UpstreamFailure):
+    """A generation ran out of its recovery deadline (``SwitchPolicy.deadline_seconds``): the
+    message says what the time went on (resumes, waits for a server, retries) and the last
+    failure. It is the ``__cause__`` of the :class:`EndpointError` the generation raises::
+
+        except EndpointError as exc:
+            if isinstance(exc.__cause__, DeadlineExceeded): ...
+    """
 
 
 class EndpointError(RelayError):
