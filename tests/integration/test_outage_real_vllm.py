@@ -1,7 +1,10 @@
-"""The small vLLM server killed (SIGKILL) in the middle of a generation: the generation
-finishes on the large model with the whole forced text, says it ran degraded, and the next
-generation goes to the large model at once (the small server is known down). The server is
-started again after the test."""
+"""Real vLLM servers killed (SIGKILL) in the middle of a generation.
+
+The small one: the generation finishes on the large model with the whole forced text, says it
+ran degraded, and the next generation goes to the large model at once (the small server is
+known down). The large one, in the last sentence of the reasoning, and started again: the
+generation waits for it, resumes where its stream broke, and ends with the text of the same
+seed's fault-free run. Each server is started again after its test."""
 
 from __future__ import annotations
 
@@ -23,6 +26,16 @@ pytestmark = pytest.mark.vllm
 SMALL_SERVER = "qwen3-small"  # its name in scripts/vllm_servers.sh
 
 
+LARGE_SERVER = "qwen3-large"
+LAST_SENTENCE = " ".join(
+    f"Check {i}: the parts add up to the running total." for i in range(10)
+)  # some 120 forced tokens (a few seconds on CPU): the kill lands inside it
+END_TRACE = (
+    "<think>\nLet me add the parts. Therefore, the sum is 12. "
+    f"{LAST_SENTENCE}\n</think>\n\nThe answer is 12."
+)
+
+
 @pytest.fixture
 def small_restarted(qwen_small: Server) -> Iterator[list[str]]:
     """The test kills the small server; it is started again (and ready) after the test."""
@@ -30,6 +43,16 @@ def small_restarted(qwen_small: Server) -> Iterator[list[str]]:
     yield killed
     if killed:
         servers_script("start", SMALL_SERVER)
+
+
+@pytest.fixture
+def large_restarted(qwen_large: Server) -> Iterator[list[str]]:
+    """The test kills the large server and starts it again; should the test fail before it
+    did, the server is started again (and ready) after the test."""
+    killed: list[str] = []
+    yield killed
+    if killed and killed[-1] == "killed":
+        servers_script("start", LARGE_SERVER)
 
 
 async def test_the_small_vllm_killed_mid_generation_the_large_model_finishes(
@@ -69,3 +92,44 @@ async def test_the_small_vllm_killed_mid_generation_the_large_model_finishes(
     assert again.text == LONG_TRACE and {s.model for s in again.segments} == {"large"}
     assert again.stats.degraded is not None and "known down" in again.stats.degraded
     assert not [r for r in caplog.records if "retrying in" in r.getMessage()]
+
+
+async def test_the_large_vllm_killed_at_the_end_of_the_reasoning_the_text_is_the_fault_free_one(
+    qwen_large: Server,
+    qwen_small: Server,
+    large_restarted: list[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = qwen_config(qwen_large, qwen_small)
+    large = config.large.model_copy(update={"probe_interval": 0.5})
+    config = config.model_copy(update={"large": large})
+    caplog.set_level(logging.WARNING, logger="relay_integrations")
+    async with asyncio.timeout(300), RelaySwitcher(config) as relay:
+        fault_free = await forced(relay, END_TRACE).generate(QUESTION)
+        assert fault_free.text == END_TRACE
+
+        async def kill_then_start() -> None:
+            await asyncio.to_thread(servers_script, "kill", LARGE_SERVER)
+            large_restarted.append("killed")
+            await asyncio.to_thread(servers_script, "start", LARGE_SERVER)
+            large_restarted.append("started")
+
+        restart: asyncio.Task[None] | None = None
+        result: RelayResult | None = None
+        small_wrote = False
+        async for event in forced(relay, END_TRACE).stream(QUESTION):
+            if isinstance(event, TextDelta):
+                small_wrote = small_wrote or event.model == "small"
+                if small_wrote and event.model == "large" and restart is None:
+                    restart = asyncio.create_task(kill_then_start())  # the last sentence
+            elif isinstance(event, RelayDone):
+                result = event.result
+        assert restart is not None, "the large model never wrote after the small one"
+        await restart
+    assert large_restarted == ["killed", "started"]
+    assert result is not None
+    assert result.text == fault_free.text  # nothing lost, nothing doubled at the boundary
+    assert result.finish_reason == fault_free.finish_reason == "stop"
+    assert result.stats.resumes >= 1 or any(
+        "waiting up to" in r.getMessage() for r in caplog.records
+    )
