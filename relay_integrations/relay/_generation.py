@@ -40,7 +40,7 @@ from ._turns import WRITE_ON, MethodTurns, RequestEnd, Turn, TurnDecision, Upcom
 from ._visible import VisibleText
 from ._warm_up import PromptWarmUp
 from .config import Phase, RelayConfig, RequestHook
-from .reasoning import PromptReasoning, split_reasoning
+from .reasoning import PromptReasoning, partial_suffix, split_reasoning
 from .request import RelayRequest
 from .result import (
     FinishReason,
@@ -233,6 +233,7 @@ class Generation:
             if finish_reason is None:
                 finish_reason, stop_reason = _stopped_in(self.transcript[start:], request.stop)
             if finish_reason is None:
+                self._take_back_partial_stop(start, request.stop)
                 raise
             # the server had ended the request (its finish came, or a stop it ends at): the
             # break cost its last events, not text. Resumed, the model would write on past
@@ -247,6 +248,18 @@ class Generation:
             room=self.budget.room(role, self.phase, self.tally),
             spent=self.budget.spent(self.phase, self.tally),
         )
+
+    def _take_back_partial_stop(self, start: int, stops: Sequence[str]) -> None:
+        """A stream that broke inside one of its stop strings (``</think`` of ``</think>``, a
+        cue's first letters): resumed from there, the server would never see the stop whole,
+        its first part being in the prompt, and the model would write on past it (the answer
+        in the reasoning's turn). The part is taken back, so that the resumed request writes
+        the stop again; only what the caller has not been shown (a possible marker is held
+        back until it is decided)."""
+        written = self.transcript[start:]
+        partial = max((partial_suffix(written, stop) for stop in stops if stop), default=0)
+        keep = max(len(self.transcript) - partial, self.visible.released_to, start)
+        self.transcript = self.transcript[:keep]
 
     async def _apply(self, decision: TurnDecision) -> None:
         """Carry out the table's decision on a request's end: cut the transcript, and discard

@@ -28,6 +28,12 @@ class VisibleText:
         """Seconds from the generation's start to its first visible text."""
         self._releaser = self._new(0, phase)
 
+    @property
+    def released_to(self) -> int:
+        """The transcript position up to which text was released (or skipped): what lies
+        before it the caller has seen, and must stay as it is."""
+        return self._releaser.pos
+
     def restart(self, start: int, phase: Phase) -> None:
         """A new phase begins at transcript position `start`."""
         self._releaser = self._new(start, phase)
