@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks import upstream
@@ -247,14 +247,7 @@ def in_thread_schedules() -> st.SearchStrategy[Schedule]:
     )
 
 
-def scaled(examples: int) -> settings:
-    """The hostile-upstream settings with a tenth of their examples, at least `examples`
-    (these run whole generations)."""
-    base = hostile_settings()
-    return settings(base, max_examples=max(examples, base.max_examples // 10))
-
-
-@scaled(6)
+@hostile_settings(examples=6)  # whole generations: a few
 @given(schedule=in_thread_schedules())
 def test_a_cut_or_failed_request_leaves_the_fault_free_text_or_a_named_error(
     threaded: dict[ModelRole, ScriptedVLLM], schedule: Schedule
@@ -350,7 +343,7 @@ def process_schedules() -> st.SearchStrategy[Schedule]:
     )
 
 
-@scaled(3)
+@hostile_settings(examples=3)  # whole generations: a few
 @given(schedule=process_schedules())
 def test_a_killed_or_stopped_upstream_leaves_the_fault_free_text_or_a_named_error(
     processes: dict[ModelRole, Upstream], schedule: Schedule

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import time
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, example, given
 from hypothesis import strategies as st
 from starlette.requests import Request
 from starlette.responses import Response
@@ -38,6 +37,7 @@ from relay_integrations.relay import EndpointConfig, RelayConfig, SwitchPolicy
 from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM, serving
 from tests.fakes.capable_model import CAPABLE_CUES, capable
+from tests.fakes.hostile_upstream import hostile_settings
 from tests.fakes.relay_http import ServedRelay, eventually, relay_http
 
 QUESTION = [{"role": "user", "content": "What is 7 * 6?"}]
@@ -195,16 +195,8 @@ def every_answer(served: ServedRelay) -> list[bytes]:
     return answers
 
 
-EXAMPLES = round(25 * float(os.environ.get("RELAY_HOSTILE_SCALE", "1")))
-"""Generated upstream answers (the named examples run besides); ``RELAY_HOSTILE_SCALE=20``
-for a longer run."""
-
-
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    database=None,
+@hostile_settings(
+    examples=25,  # generated upstream answers (the named examples run besides)
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(answer=hostile_answers())

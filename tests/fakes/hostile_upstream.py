@@ -396,27 +396,23 @@ class LocalChatTemplate:
         return RenderedPrompt(text, token_count=len(tokenize(text)))
 
 
-def hostile_settings() -> settings:
+def hostile_settings(examples: int = 40, **more: Any) -> settings:
     """The hypothesis settings of the hostile-upstream tests, by ``HYPOTHESIS_PROFILE``:
-    ``ci`` (the default: 40 examples a property, repeatable, no example database) or
-    ``long`` (1,000, a new search every run, failures kept in the database)."""
-    settings.register_profile(
-        "ci",
-        max_examples=40,
+    ``ci`` (the default: `examples` a property, repeatable, no example database) or ``long``
+    (25 times as many, a new search every run, failures kept in the database); `more`
+    overrides a setting."""
+    ci = settings(
+        max_examples=examples,
         deadline=None,
         derandomize=True,
         database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         print_blob=True,
     )
-    settings.register_profile(
-        "long",
-        settings.get_profile("ci"),
-        max_examples=1000,
-        derandomize=False,
-        database=DirectoryBasedExampleDatabase(".hypothesis/examples"),
-    )
-    return settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+    if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci":
+        return settings(ci, **more)
+    long_search = DirectoryBasedExampleDatabase(".hypothesis/examples")
+    return settings(ci, max_examples=25 * examples, derandomize=False, database=long_search, **more)
 
 
 # --- the server ---------------------------------------------------------------------------
