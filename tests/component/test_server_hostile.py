@@ -36,7 +36,7 @@ from starlette.responses import Response
 from relay_integrations.relay import EndpointConfig, RelayConfig, SwitchPolicy
 from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM, serving
-from tests.fakes.capable_model import CAPABLE_CUES, capable
+from tests.fakes.capable_model import CAPABLE_CUES, capable, capable_relay_config
 from tests.fakes.hostile_upstream import hostile_settings
 from tests.fakes.relay_http import ServedRelay, eventually, relay_http
 
@@ -249,13 +249,7 @@ def writer(tokens: int, token_delay: float) -> Iterator[ServedRelay]:
         *(ScriptedModel(name, trace, token_delay=token_delay) for name in ("large", "small"))
     )
     with serving(pair) as upstream:
-        endpoint = {"base_url": upstream.base_url}
-        config = RelayConfig(
-            large=EndpointConfig(**endpoint, model="large"),
-            small=EndpointConfig(**endpoint, model="small"),
-            cues=["Now"],
-            policy=SwitchPolicy(cooldown_tokens=0),
-        )
+        config = capable_relay_config(upstream.base_url)
         settings = ServerSettings(send_timeout=1.0, max_concurrent_generations=1)
         with relay_http(RelayServer(config, settings)) as served:
             yield served
