@@ -1,5 +1,5 @@
 """``python -m benchmarks gpu-speed | server-load | client-cost | health-probe | authors-loop
-[options]`` (see the package)."""
+| context-length [options]`` (see the package)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 USAGE = (
     "usage: python -m benchmarks "
-    "{gpu-speed,server-load,client-cost,health-probe,authors-loop} [options] "
+    "{gpu-speed,server-load,client-cost,health-probe,authors-loop,context-length} [options] "
     "(--help each)"
 )
 BENCHMARKS = {  # each one's package; its cli module has main(argv) -> exit status
@@ -18,6 +18,7 @@ BENCHMARKS = {  # each one's package; its cli module has main(argv) -> exit stat
     "client-cost": "client_cost",
     "health-probe": "health_probe",
     "authors-loop": "authors_loop",
+    "context-length": "context_length",
 }
 
 

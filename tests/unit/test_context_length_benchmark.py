@@ -1,0 +1,129 @@
+"""``python -m benchmarks context-length``'s report, on fabricated measurements (no vLLM):
+the medians, the tokens / text ratios, the targets, the plot and the CLI's output."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from benchmarks import __main__ as benchmarks_main
+from benchmarks.context_length import cli
+from benchmarks.context_length.figures import Generation
+from benchmarks.context_length.report import cells, report, targets
+from benchmarks.context_length.speed import reference_seconds
+from relay_integrations.relay import ModelRole
+
+# API CPU a generation (large, small) in seconds, over 4 switches
+CPU = {
+    (1024, "text"): (0.16, 0.08),
+    (1024, "tokens"): (0.12, 0.08),
+    (32768, "text"): (0.80, 0.80),
+    (32768, "tokens"): (0.24, 0.16),
+    (1024, "alone"): (0.10, 0.0),
+    (32768, "alone"): (0.30, 0.0),
+}
+
+
+def generation(context: int, path: str, run: int, ran: str | None = None) -> Generation:
+    large, small = CPU[(context, path)]
+    alone = path == "alone"
+    return Generation(
+        context=context,
+        prompt_tokens=context - 3,
+        path=path,
+        ran=ran or path,
+        wall=(2.0 if alone else 3.0) + run,  # runs 0, 1, 2: the median is run 1's
+        switches=0 if alone else 4,
+        api_cpu={"large": large + 0.04 * (run - 1), "small": small},
+        requests={"large": 1 if alone else 6, "small": 0 if alone else 5},
+        request_bytes={"large": context * 4, "small": 0 if alone else context * 3},
+        routes={"/v1/chat/completions": 1} if alone else {"/v1/completions": 9, "/tokenize": 2},
+    )
+
+
+def fabricated(ran: str | None = None) -> list[Generation]:
+    return [
+        generation(context, path, run, ran if path == "tokens" else None)
+        for context in (1024, 32768)
+        for run in range(3)
+        for path in ("text", "tokens", "alone")
+    ]
+
+
+def test_a_cell_is_the_median_of_its_generations() -> None:
+    found = {(c.context, c.path): c for c in cells(fabricated())}
+    text = found[(32768, "text")]
+    assert text.generations == 3 and text.wall == 4.0 and text.requests == 11
+    assert text.cpu_per_switch == {"large": pytest.approx(0.2), "small": pytest.approx(0.2)}
+    assert text.request_bytes == 32768 * 7 and text.routes == {"/tokenize": 2, "/v1/completions": 9}
+    assert math.isnan(found[(1024, "alone")].cpu_per_switch["large"])  # it does not switch
+
+
+def test_the_report_gives_figures_ratios_and_targets() -> None:
+    lines = report(fabricated())
+    assert (
+        "| 32768 (32765) | text | 200.0 / 200.0 | 800.0 / 800.0 | 11 | 224 | 4.00 | 1.33 |" in lines
+    )
+    assert "| 1024 (1021) | alone | - / - | 100.0 / 0.0 | 1 | 4 | 3.00 | - |" in lines
+    # tokens / text at 32k: large 0.24/0.8, small 0.16/0.8, both 0.4/1.6
+    assert "| 32768 | 0.30, 0.20, 0.25 | 1.00 | 1.00 | 1.00 |" in lines
+    # tokens 32k / 1k: 0.4 / 0.2 = 2 (<= 3); text 1.6 / 0.24
+    assert (
+        "tokens, API CPU a switch at 32768 / at 1024: 2.00 (target <= 3: met); text: 6.67" in lines
+    )
+    assert "API CPU a switch at 32768, tokens / text: 0.25 (target < 0.5: met)" in lines
+    assert "requests a generation at 32768, alone: /v1/chat/completions 1" in lines
+
+
+def test_a_missed_target_and_a_core_without_the_token_path_are_said() -> None:
+    lines = report(fabricated(ran="text"))
+    assert "| 1024 (1021) | tokens (ran text) |" in "\n".join(lines)
+    assert "(this core has no token path: the tokens column ran the text path)" in lines
+    assert targets(cells(fabricated()[:3])) == ["targets: need two context lengths with both paths"]
+    as_text: dict[ModelRole, float] = {
+        "large": 0.8,
+        "small": 0.8,
+    }  # tokens at 32k no cheaper than text
+    worse = [
+        replace(g, api_cpu=as_text) if (g.context, g.path) == (32768, "tokens") else g
+        for g in fabricated()
+    ]
+    assert targets(cells(worse)) == [
+        "tokens, API CPU a switch at 32768 / at 1024: 8.00 (target <= 3: MISSED); text: 6.67",
+        "API CPU a switch at 32768, tokens / text: 1.00 (target < 0.5: MISSED)",
+    ]
+
+
+def test_the_cli_prints_the_report_and_draws_the_plot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """main() as run, with the measuring (the vLLM servers) replaced by the fabrication."""
+
+    def fake_run(
+        args: argparse.Namespace, argv: Sequence[str]
+    ) -> tuple[list[str], list[Generation]]:
+        assert args.lengths == [1024, 4096] and args.generations == 1  # --quick
+        return ["command: fabricated"], fabricated()
+
+    monkeypatch.setattr(cli, "run", fake_run)
+    out = tmp_path / "cpu.png"
+    assert benchmarks_main.main(["context-length", "--quick", "--plot", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("command: fabricated\n\n| context (prompt tokens) |")
+    assert "target < 0.5: met" in printed
+    assert out.read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_options() -> None:
+    assert cli.lengths("1k,4k,16k,32k") == [1024, 4096, 16384, 32768]
+    assert cli.lengths("1000,2k") == [1000, 2048]
+    full = cli.parse([])
+    assert full.lengths == [1024, 4096, 16384, 32768] and full.generations == 3
+    assert cli.parse(["--quick", "--generations", "2"]).generations == 2
+    assert reference_seconds(runs=1) > 0
+    assert cli.parse(["--lengths", "2k"]).lengths == [2048]
