@@ -16,7 +16,7 @@ from benchmarks.machine import REPO, MachineFacts
 from relay_integrations.relay import ModelRole
 
 from .context import MATH500, source_text
-from .figures import Generation
+from .figures import Measured
 from .report import plot, report
 from .runs import TOKEN_PATH, Runs, log
 from .servers import MAX_MODEL_LEN, PORTS, Server, vllm_pair
@@ -102,7 +102,7 @@ def header(
     ]
 
 
-def run(args: argparse.Namespace, argv: Sequence[str]) -> tuple[list[str], list[Generation]]:
+def run(args: argparse.Namespace, argv: Sequence[str]) -> tuple[list[str], Measured]:
     ports = tuple(int(p) for p in args.ports.split(","))
     assert len(ports) == 2, "--ports takes the large and the small server's ports"
     with tempfile.TemporaryDirectory(prefix="context-length-") as tmp:
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> tuple[list[str], list[
             speed = [reference_seconds()]
             problems = source_text(args.problems)
 
-            async def measure() -> list[Generation]:
+            async def measure() -> Measured:
                 async with Runs(servers) as runs:
                     return await runs.run(args.lengths, args.generations, problems)
 
@@ -127,7 +127,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> tuple[list[str], list[
         figures = {
             "machine": machine.model_dump(),
             "reference_seconds": speed,
-            "generations": [dataclasses.asdict(g) for g in measured],
+            "generations": [dataclasses.asdict(g) for g in measured.generations],
+            "request_costs": [dataclasses.asdict(c) for c in measured.costs],
         }
         args.json.write_text(json.dumps(figures, indent=1))
         log(f"wrote {args.json}")
@@ -140,6 +141,6 @@ def main(argv: Sequence[str]) -> int:
     lines, measured = run(args, argv)
     print("\n".join([*lines, "", *report(measured)]))
     if args.plot:
-        plot(measured, args.plot)
+        plot(measured.generations, args.plot)
         log(f"wrote {args.plot}")
-    return 0 if all(g.text_ok for g in measured) else 1
+    return 0 if all(g.text_ok for g in measured.generations) else 1

@@ -5,6 +5,10 @@
                requests={"large": 5, "small": 5}, request_bytes={"large": 9000, "small": 8000},
                routes={"/v1/completions": 8, "/tokenize": 2}, text_ok=True)
 
+and what one request of each kind costs the large API server (:mod:`.probes`)::
+
+    RequestCost(context=32768, kind="completion, prompt as ids", api_cpu=0.021)
+
 ``path`` is the column ("text", "tokens", or "alone": the large model writing the trace in one
 chat completion); ``ran`` the prompt path the relay really took ("text" for the tokens column
 on a core without the token path).
@@ -37,3 +41,16 @@ class Generation:
     def cpu_per_switch(self, role: ModelRole) -> float:
         """API-server CPU seconds a switch (nan without switches: the large model alone)."""
         return self.api_cpu[role] / self.switches if self.switches else float("nan")
+
+
+@dataclass(frozen=True)
+class RequestCost:
+    context: int
+    kind: str
+    api_cpu: float  # seconds of the large API server's CPU a request
+
+
+@dataclass
+class Measured:
+    generations: list[Generation] = field(default_factory=list)
+    costs: list[RequestCost] = field(default_factory=list)

@@ -20,7 +20,7 @@ from relay_integrations.jobs.plotting import pyplot
 from relay_integrations.jobs.statistics import median
 from relay_integrations.relay import ModelRole
 
-from .figures import ALONE, PATHS, Generation
+from .figures import ALONE, PATHS, Generation, Measured, RequestCost
 
 ROLES: tuple[ModelRole, ...] = ("large", "small")
 GROWTH_TARGET = 3.0  # tokens: API CPU a switch at the longest context / at the shortest, at most
@@ -170,8 +170,22 @@ def routes_lines(found: Sequence[Cell]) -> list[str]:
     ]
 
 
-def report(measured: Sequence[Generation]) -> list[str]:
-    found = cells(measured)
+def costs_table(costs: Sequence[RequestCost]) -> list[str]:
+    """What one request of each kind cost the large API server, a row per context length."""
+    kinds = list(dict.fromkeys(c.kind for c in costs))
+    by_key = {(c.context, c.kind): c.api_cpu for c in costs}
+    lines = [
+        "| one request, large API server's CPU (ms) | " + " | ".join(kinds) + " |",
+        "|---|" + "---|" * len(kinds),
+    ]
+    for context in sorted({c.context for c in costs}):
+        figures = (ms(by_key.get((context, k), math.nan)) for k in kinds)
+        lines.append(f"| context {context} | " + " | ".join(figures) + " |")
+    return lines
+
+
+def report(measured: Measured) -> list[str]:
+    found = cells(measured.generations)
     wrong = sum(c.wrong for c in found)
     return [
         *figures_table(found),
@@ -181,6 +195,7 @@ def report(measured: Sequence[Generation]) -> list[str]:
         *targets(found),
         *routes_lines(found),
         *([f"{wrong} generations did not write the trace"] if wrong else []),
+        *(["", *costs_table(measured.costs)] if measured.costs else []),
     ]
 
 

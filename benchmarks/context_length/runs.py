@@ -2,6 +2,7 @@
 
     async with Runs(servers) as runs:
         measured = await runs.run(lengths=[1024, 4096], generations=3, problems=problems)
+        measured.generations, measured.costs  # the generations; what single requests cost
 
 For each length the prompt is sized, then one untimed generation of each column warms the
 servers' prefix caches (the prompt is the same every generation) and compiles the forcing's
@@ -9,7 +10,8 @@ grammars; then each round runs "text" and "tokens" (the order flipping round by 
 that drift hits both alike) and the large model alone. Each generation is metered on its own:
 each API server's CPU time (``/proc/<pid>/stat``, its EngineCore child left out) and the
 requests and request bytes each server counted (vLLM's ``/metrics``, every route:
-``/tokenize`` and ``/detokenize`` too), read before and after it.
+``/tokenize`` and ``/detokenize`` too), read before and after it. Last, at each length, what
+one request of each kind costs the large API server (:mod:`.probes`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from relay_integrations.relay import (
 from relay_integrations.testing import forced, forcing
 
 from .context import CUES, SWITCHES, TRACE, sized_messages
-from .figures import ALONE, PATHS, Generation
+from .figures import ALONE, PATHS, Generation, Measured
+from .probes import request_costs
 from .servers import Server
 
 MAX_TOKENS = 1024  # the trace is ~130 canonical tokens; the regex lets the model spell it in more
@@ -178,10 +181,8 @@ class Runs:
             log(f"  expected {SWITCHES} switches: the cues did not fire as planned")
         return gen
 
-    async def run(
-        self, lengths: Sequence[int], generations: int, problems: list[str]
-    ) -> list[Generation]:
-        measured = []
+    async def run(self, lengths: Sequence[int], generations: int, problems: list[str]) -> Measured:
+        measured = Measured()
         for context in lengths:
             messages, prompt_tokens = await sized_messages(
                 self.http, self.servers["large"], problems, context
@@ -192,5 +193,12 @@ class Runs:
             for round_ in range(generations):
                 paths = PATHS if round_ % 2 == 0 else PATHS[::-1]
                 for path in (*paths, ALONE):
-                    measured.append(await self.measure(context, prompt_tokens, path, messages))
+                    gen = await self.measure(context, prompt_tokens, path, messages)
+                    measured.generations.append(gen)
+            costs = await request_costs(self.http, self.servers["large"], messages, context)
+            log(
+                f"{context:>6} one request: "
+                + ", ".join(f"{c.kind} {1000 * c.api_cpu:.1f} ms" for c in costs)
+            )
+            measured.costs += costs
         return measured

@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks import __main__ as benchmarks_main
 from benchmarks.context_length import cli
-from benchmarks.context_length.figures import Generation
+from benchmarks.context_length.figures import Generation, Measured, RequestCost
 from benchmarks.context_length.report import cells, report, targets
 from benchmarks.context_length.speed import reference_seconds
 from relay_integrations.relay import ModelRole
@@ -64,8 +64,16 @@ def test_a_cell_is_the_median_of_its_generations() -> None:
     assert math.isnan(found[(1024, "alone")].cpu_per_switch["large"])  # it does not switch
 
 
-def test_the_report_gives_figures_ratios_and_targets() -> None:
-    lines = report(fabricated())
+COSTS = [
+    RequestCost(1024, "render", 0.0025),
+    RequestCost(1024, "completion, prompt as ids", 0.004),
+    RequestCost(32768, "render", 0.041),
+    RequestCost(32768, "completion, prompt as ids", 0.021),
+]
+
+
+def test_the_report_gives_figures_ratios_targets_and_request_costs() -> None:
+    lines = report(Measured(fabricated(), COSTS))
     assert (
         "| 32768 (32765) | text | 200.0 / 200.0 | 800.0 / 800.0 | 11 | 224 | 4.00 | 1.33 |" in lines
     )
@@ -78,10 +86,16 @@ def test_the_report_gives_figures_ratios_and_targets() -> None:
     )
     assert "API CPU a switch at 32768, tokens / text: 0.25 (target < 0.5: met)" in lines
     assert "requests a generation at 32768, alone: /v1/chat/completions 1" in lines
+    assert lines[-4:] == [
+        "| one request, large API server's CPU (ms) | render | completion, prompt as ids |",
+        "|---|---|---|",
+        "| context 1024 | 2.5 | 4.0 |",
+        "| context 32768 | 41.0 | 21.0 |",
+    ]
 
 
 def test_a_missed_target_and_a_core_without_the_token_path_are_said() -> None:
-    lines = report(fabricated(ran="text"))
+    lines = report(Measured(fabricated(ran="text")))
     assert "| 1024 (1021) | tokens (ran text) |" in "\n".join(lines)
     assert "(this core has no token path: the tokens column ran the text path)" in lines
     assert targets(cells(fabricated()[:3])) == ["targets: need two context lengths with both paths"]
@@ -104,11 +118,9 @@ def test_the_cli_prints_the_report_and_draws_the_plot(
 ) -> None:
     """main() as run, with the measuring (the vLLM servers) replaced by the fabrication."""
 
-    def fake_run(
-        args: argparse.Namespace, argv: Sequence[str]
-    ) -> tuple[list[str], list[Generation]]:
+    def fake_run(args: argparse.Namespace, argv: Sequence[str]) -> tuple[list[str], Measured]:
         assert args.lengths == [1024, 4096] and args.generations == 1  # --quick
-        return ["command: fabricated"], fabricated()
+        return ["command: fabricated"], Measured(fabricated(), COSTS)
 
     monkeypatch.setattr(cli, "run", fake_run)
     out = tmp_path / "cpu.png"
