@@ -2,8 +2,9 @@
 
 A turn is what the method calls a segment: one model writing until something hands control
 on. It may take several requests (a false sentence end, a stream that broke and resumed), but
-every request's prompt is the model's rendered prefix plus the transcript so far, so the
-server's prefix cache prefills only what that model has not seen::
+every request's prompt is the model's rendered prefix plus the transcript so far (in its
+token ids where it has them: :mod:`._prompts`), so the server's prefix cache prefills only
+what that model has not seen::
 
     async for event in run.play(turn):  # its text as it arrives, then its SegmentDone
         ...
@@ -30,8 +31,9 @@ from ..upstream.endpoint import (
     StreamInterrupted,
     UpstreamFailure,
 )
-from ..upstream.rendering import RenderedPrompt
+from ..upstream.rendering import RenderedIds, RenderedPrompt
 from ._budget import Budget
+from ._prompts import Prompts
 from ._recovery import Recovery
 from ._requests import TurnRequests
 from ._speculative_handoff import HandoffSlot, SpeculativeHandoff
@@ -67,14 +69,16 @@ class Generation:
         config: RelayConfig,
         turns: MethodTurns,
         endpoints: Mapping[ModelRole, Endpoint],
-        prompts: Mapping[ModelRole, RenderedPrompt],
+        prompts: Mapping[ModelRole, RenderedPrompt | RenderedIds],
+        mode: PromptReasoning,
         context_windows: Mapping[ModelRole, int | None],
         request_hook: RequestHook | None = None,
         started: float | None = None,
         degraded: str | None = None,
     ) -> None:
         """`prompts` holds the models that serve this generation (no small model's prompt:
-        the large model writes everything, and `degraded` says why)."""
+        the large model writes everything, and `degraded` says why); `mode`: how the large
+        model's prompt leaves the reasoning."""
         self.id = generation_id = request.generation_id or f"relay-{uuid.uuid4().hex}"
         self.config = config
         self.turns = turns
@@ -82,7 +86,7 @@ class Generation:
         self.answer_stops = tuple(request.stop)
         self.answer_extra_body = request.answer_extra_body
         sampling = request.sampling or config.sampling
-        self.mode = PromptReasoning.of(prompts["large"].text, config.markers)
+        self.mode = mode
         self.transcript = ""
         self.phase: Phase = "answer" if self.mode is PromptReasoning.CLOSED else "reasoning"
         self.small_available = "small" in prompts
@@ -101,8 +105,9 @@ class Generation:
         self.visible = VisibleText(config.markers, self.mode, self.phase, self.started)
         self.handoff = HandoffSlot()
         self.recovery = Recovery(generation_id, config, endpoints, self.tally)
+        self.prompts = Prompts(prompts)
         self.requests = TurnRequests(
-            generation_id, config, turns, prompts, sampling, request_hook, request.extra_body
+            generation_id, config, turns, self.prompts, sampling, request_hook, request.extra_body
         )
         self._warm_up: PromptWarmUp | None = None
 
@@ -202,12 +207,19 @@ class Generation:
         if stream is None:
             await self.handoff.discard()
             stream = self.endpoints[role].stream_completion(self.requests.numbered(request))
+        track, asked = self.prompts.track(role), request.prompt
         try:
             async with aclosing(stream):
                 with self.recovery.scope():  # the endpoint retries here, within the deadline
                     piece = await anext(stream, None)
                 self.recovery.recovered()
+                if track is not None and piece is not None and not isinstance(asked, str):
+                    # the text's ids kept; the written ones too, unless they may lag it
+                    follow = request.extra_body.get("include_stop_str_in_output", True)
+                    track.sent(asked, piece.tail_ids, bool(follow) or not request.stop)
                 while piece is not None:
+                    if track is not None and (piece.text or piece.token_ids):
+                        track.wrote(piece.text, piece.token_ids)
                     if piece.text:
                         pieces, tokens = pieces + 1, piece.tokens
                         self.transcript += piece.text
@@ -228,6 +240,8 @@ class Generation:
                         piece = None
         except StreamInterrupted:
             await self.handoff.discard()
+            if track is not None:
+                track.ended(at_stop_string=True)  # its last piece's ids may be cut short
             if not counted:
                 self.tally.count(role, phase, turn, 0, 0, pieces if tokens is None else tokens)
             if finish_reason is None:
@@ -238,6 +252,9 @@ class Generation:
             # the server had ended the request (its finish came, or a stop it ends at): the
             # break cost its last events, not text. Resumed, the model would write on past
             # the stop (after the end of reasoning: the answer, in the reasoning's turn).
+        else:
+            if track is not None:
+                track.ended(at_stop_string=isinstance(stop_reason, str))
         yield RequestEnd(
             finish_reason,
             stop_reason,
@@ -260,12 +277,14 @@ class Generation:
         partial = max((partial_suffix(written, stop) for stop in stops if stop), default=0)
         keep = max(len(self.transcript) - partial, self.visible.released_to, start)
         self.transcript = self.transcript[:keep]
+        self.prompts.cut(keep)
 
     async def _apply(self, decision: TurnDecision) -> None:
         """Carry out the table's decision on a request's end: cut the transcript, and discard
         the speculative hand-off if the turn does not hand off where it was foreseen."""
         if decision.cut is not None:
             self.transcript = self.transcript[: decision.cut]  # only text not yet released
+            self.prompts.cut(decision.cut)
         if decision.ended is None or not self.handoff.foreseen(self.transcript):
             await self.handoff.discard()  # no hand-off, or not where it was foreseen
 
@@ -311,7 +330,9 @@ class Generation:
         wrote the end marker (the reasoning budget, or it stopped unclosed), release what was
         held back, and start the answer phase. Returns the text released."""
         if not marker_written:
-            self.transcript = self.transcript.rstrip() + "\n" + self.config.markers.end
+            kept = self.transcript.rstrip()
+            self.prompts.cut(len(kept))
+            self.transcript = kept + "\n" + self.config.markers.end
         released = self.flush(self.segments[-1].model)
         self._start_answer()
         return released

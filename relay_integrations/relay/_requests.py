@@ -16,7 +16,7 @@ from typing import Any
 
 from ..upstream.config import ModelRole, SamplingConfig
 from ..upstream.endpoint import CompletionRequest
-from ..upstream.rendering import RenderedPrompt
+from ._prompts import Prompts
 from ._turns import MethodTurns, RunState, Turn
 from .config import RelayConfig, RequestHook
 
@@ -27,7 +27,7 @@ class TurnRequests:
         generation_id: str,
         config: RelayConfig,
         turns: MethodTurns,
-        prompts: Mapping[ModelRole, RenderedPrompt],
+        prompts: Prompts,
         sampling: SamplingConfig,
         request_hook: RequestHook | None,
         extra_body: Mapping[str, Any],
@@ -57,7 +57,7 @@ class TurnRequests:
         if self.request_hook is not None:
             body.update(self.request_hook(role, run.phase, transcript))
         return CompletionRequest(
-            prompt=self.prompts[role].text + transcript,
+            prompt=self.prompts.of(role, transcript),
             max_tokens=allowance,
             stop=self.turns.stops(turn, run),
             sampling=self._sampling_of(role),
@@ -76,7 +76,7 @@ class TurnRequests:
     def prompt_only(self, role: ModelRole) -> CompletionRequest:
         """One token after `role`'s prompt: what warms its server's prefix cache."""
         return CompletionRequest(
-            prompt=self.prompts[role].text,
+            prompt=self.prompts.of(role, ""),
             max_tokens=1,
             extra_body=dict(self.extra_body),
             headers={self.config.session_header: self.generation_id},

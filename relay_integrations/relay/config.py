@@ -173,6 +173,13 @@ class RelayConfig(Frozen):
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     policy: SwitchPolicy = Field(default_factory=SwitchPolicy)
     markers: ReasoningMarkers = Field(default_factory=ReasoningMarkers)
+    prompt_path: Literal["auto", "tokens", "text"] = Field(
+        default="auto",
+        description="How prompts are sent: 'tokens' (each model's own token ids, and only "
+        "text no id stands for yet: the servers tokenize no context twice), 'text' (the "
+        "rendered prompt and the transcript as text, which every server tokenizes again), "
+        "or 'auto' (tokens where the renderer gives ids: the servers' own chat templates)",
+    )
     session_header: str = Field(
         default="x-session-id",
         description="Header carrying the generation id on every upstream request, so that a "

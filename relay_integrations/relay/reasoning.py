@@ -9,6 +9,7 @@ hand-off may trim), so streamed deltas never have to be taken back.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum
 
 from .config import ReasoningMarkers
@@ -27,6 +28,33 @@ class PromptReasoning(Enum):
         if tail.endswith(markers.end):
             return cls.CLOSED
         return cls.MODEL_OPENS
+
+    @classmethod
+    def of_ids(
+        cls, prompt: Sequence[int], start: Sequence[int], end: Sequence[int]
+    ) -> PromptReasoning:
+        """:meth:`of` for a prompt in token ids, given the markers' ids: the last marker
+        among the prompt's last ids (a template's generation prompt ends with its marker and
+        at most a little whitespace: :data:`MARKER_TAIL` ids; a marker in a message stands
+        before the end-of-turn and role tokens, further back)::
+
+            PromptReasoning.of_ids([9, 151667, 198], start=[151667], end=[151668])  # OPEN
+        """
+        tail = list(prompt[-(max(len(start), len(end)) + MARKER_TAIL) :])
+        opened, closed = _last_index(tail, start), _last_index(tail, end)
+        if closed > opened:
+            return cls.CLOSED
+        return cls.OPEN if opened >= 0 else cls.MODEL_OPENS
+
+
+MARKER_TAIL = 3
+"""Ids a prompt may hold after its reasoning marker (whitespace: ``\n``, ``\n\n``)."""
+
+
+def _last_index(ids: list[int], part: Sequence[int]) -> int:
+    """Where `part` last starts in `ids` (-1: nowhere)."""
+    n = len(part)
+    return next((i for i in range(len(ids) - n, -1, -1) if ids[i : i + n] == list(part)), -1)
 
 
 def split_reasoning(text: str, markers: ReasoningMarkers, mode: PromptReasoning) -> tuple[str, str]:

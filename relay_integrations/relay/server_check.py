@@ -17,7 +17,9 @@ Every probe is a request the relay itself sends, through the relay's own endpoin
   server's chat template renders the same messages;
 - a text the small model must continue (``echo`` off, as every relay turn), as it continues
   the large model's text;
-- the cue artifact's model pair against the served models.
+- the cue artifact's model pair against the served models;
+- the prompt path: token ids (the rendered chat's ids in a ``/v1/completions`` prompt, each
+  piece's ids returned) or text, and why.
 
 A ``problem`` would stop or fail generations; a ``warning`` costs speed or quality, or needs
 a look (two chat templates); ``unknown`` could not be checked.
@@ -35,9 +37,21 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from ..upstream.config import MODEL_ROLES, ModelRole
-from ..upstream.endpoint import CompletionRequest, Endpoint, ModelInfo, UpstreamFailure
+from ..upstream.endpoint import (
+    CompletionRequest,
+    Endpoint,
+    ModelInfo,
+    TokenPrompt,
+    UpstreamFailure,
+)
 from ..upstream.errors import RelayError
-from ..upstream.rendering import ChatInput, PromptRenderer, RenderedPrompt
+from ..upstream.rendering import (
+    ChatInput,
+    PromptRenderer,
+    RenderedIds,
+    RenderedPrompt,
+    TokenRenderer,
+)
 from .config import ReasoningMarkers, RelayConfig
 from .reasoning import PromptReasoning
 from .switcher import RelaySwitcher
@@ -53,6 +67,7 @@ CheckName = Literal[
     "cue_artifact",
     "continuation",
     "prefix_caching",
+    "prompt_path",
 ]
 
 CONVERSATION = [
@@ -131,6 +146,7 @@ async def check_servers(
     items.append(_cue_artifact(relay, infos))
     items.append(_item_of(found, "small", "continuation"))
     items += [_item_of(found, role, "prefix_caching") for role in MODEL_ROLES]
+    items.append(_prompt_path(relay, found))
     return ServerReport(items=items)
 
 
@@ -148,6 +164,9 @@ class _Probed:
     role: ModelRole
     rendered: RenderedPrompt | RelayError
     items: Mapping[CheckName, CheckItem]
+    token_ids: RenderedIds | str | None = None
+    """On the token path: the chat's ids, when a prompt of them was continued with the ids
+    of what was written; else what went wrong."""
 
 
 async def _served(endpoint: Endpoint) -> tuple[CheckItem, ModelInfo | None]:
@@ -187,7 +206,32 @@ async def _probe(relay: RelaySwitcher, role: ModelRole, probe_id: str) -> _Probe
     )
     if role == "small":
         items["continuation"] = await _continuation(endpoint, sampling, headers)
-    return _Probed(role, rendered, items)
+    token_ids = None
+    if relay.prompt_path == "tokens":
+        token_ids = await _token_prompt(endpoint, relay.renderer, headers)
+    return _Probed(role, rendered, items, token_ids)
+
+
+async def _token_prompt(
+    endpoint: Endpoint, renderer: PromptRenderer, headers: Mapping[str, str]
+) -> RenderedIds | str:
+    """The conversation's ids, continued by two tokens from a prompt of them; or what went
+    wrong (a refused prompt of ids, pieces without the ids they wrote)."""
+    assert isinstance(renderer, TokenRenderer)
+    try:
+        rendered = await renderer.render_ids(endpoint, ChatInput(list(CONVERSATION)))
+        request = CompletionRequest(TokenPrompt(rendered.ids), max_tokens=2, headers=headers)
+        async with aclosing(endpoint.stream_completion(request)) as pieces:
+            written = [piece async for piece in pieces if piece.text]
+    except RelayError as failed:
+        detail = failed.detail if isinstance(failed, UpstreamFailure) else str(failed)
+        return f"a prompt of token ids failed: {detail}"
+    if any(piece.token_ids is None for piece in written):
+        return (
+            "its pieces do not carry the ids they wrote (return_token_ids): the model's own "
+            "text is tokenized again with its next request"
+        )
+    return rendered
 
 
 @dataclass(frozen=True)
@@ -379,6 +423,44 @@ _REASONING_OPENER = {
     PromptReasoning.MODEL_OPENS: "leaves the reasoning to the model to open",
     PromptReasoning.CLOSED: "closes the reasoning (thinking off)",
 }
+
+
+def _prompt_path(relay: RelaySwitcher, found: Mapping[ModelRole, _Probed]) -> CheckItem:
+    """Whether the pair's prompts go as token ids or as text, and why."""
+    if relay.prompt_path == "text":
+        if relay.config.prompt_path == "text":
+            return CheckItem(
+                check="prompt_path", status="ok", found="text, as configured (prompt_path)"
+            )
+        found_text = (
+            f"text: the renderer ({type(relay.renderer).__name__}) renders text, so every "
+            "request sends the whole context as text and each server tokenizes it again"
+        )
+        fix = "serve both models with vLLM (its /tokenize) and keep the default renderer"
+        return CheckItem(check="prompt_path", status="warning", found=found_text, fix=fix)
+    if len(found) < len(MODEL_ROLES):
+        return _not_checked("prompt_path", None, "a server did not answer")
+    wrong = {r: p.token_ids for r, p in found.items() if not isinstance(p.token_ids, RenderedIds)}
+    if wrong:
+        said = "; ".join(f"{role}: {why}" for role, why in wrong.items())
+        fix = (
+            "serve both models with a vLLM that returns token ids (0.32 does), or set "
+            "prompt_path='text'"
+        )
+        return _problem("prompt_path", None, f"token ids do not work ({said})", fix)
+    large, small = (found[role].token_ids for role in MODEL_ROLES)
+    found_text = "token ids: each request sends ids the server has seen, and a short text"
+    if large == small:
+        found_text += (
+            "; both servers render the chat to the same ids (one tokenizer): each model "
+            "continues from the other's own ids, nothing is tokenized again"
+        )
+    else:
+        found_text += (
+            "; the servers render the chat to different ids (two tokenizers): each hand-off "
+            "tokenizes the other model's new text, once, on the next model's server"
+        )
+    return CheckItem(check="prompt_path", status="ok", found=found_text)
 
 
 def _cue_artifact(relay: RelaySwitcher, infos: Mapping[ModelRole, ModelInfo]) -> CheckItem:

@@ -30,8 +30,10 @@ from ..upstream.rendering import (
     ChatInput,
     Message,
     PromptRenderer,
+    RenderedIds,
     RenderedPrompt,
     ServerChatTemplate,
+    TokenRenderer,
 )
 from ._generation import Generation
 from ._turns import MethodTurns, Turn
@@ -40,6 +42,7 @@ from .config import CONTEXT_MARGIN, RelayConfig, RequestHook
 from .cues import CueSet
 from .errors import ContextOverflowError, CueArtifactError, EndpointError
 from .final_event import final_event
+from .reasoning import PromptReasoning
 from .request import RelayRequest
 from .result import RelayDone, RelayEvent, RelayResult, SegmentDone, SegmentEnd
 
@@ -68,6 +71,18 @@ class RelaySwitcher(AsyncClosing):
         self.cues = cues if cues is not None else CueSet.load(config.cues)
         self.turns = MethodTurns(config, self.cues)
         self.renderer: PromptRenderer = renderer or ServerChatTemplate()
+        renders_ids = isinstance(self.renderer, TokenRenderer)
+        if config.prompt_path == "tokens" and not renders_ids:
+            raise ValueError(
+                f"prompt_path='tokens' needs a renderer that renders token ids (the servers' "
+                f"own chat template, the default); {type(self.renderer).__name__} renders "
+                "text. Use prompt_path='auto' or 'text' with it."
+            )
+        self.prompt_path = "tokens" if renders_ids and config.prompt_path != "text" else "text"
+        """How this switcher's generations send their prompts (``config.prompt_path``
+        resolved for its renderer)."""
+        self._marker_ids: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+        """The reasoning markers' ids in the large model's tokenizer (learned once)."""
         given = dict(endpoints or {})
         if any(key not in MODEL_ROLES or e.role != key for key, e in given.items()):
             mapped = {key: e.role for key, e in given.items()}
@@ -125,7 +140,7 @@ class RelaySwitcher(AsyncClosing):
         large, small = await asyncio.gather(
             self._prepare("large", chat), self._prepare("small", chat), return_exceptions=True
         )
-        prepared: dict[ModelRole, tuple[RenderedPrompt, int | None]] = {}
+        prepared: dict[ModelRole, tuple[RenderedPrompt | RenderedIds, int | None]] = {}
         degraded = None
         for role, outcome in zip(MODEL_ROLES, (large, small), strict=True):
             if isinstance(outcome, UpstreamFailure):
@@ -147,6 +162,7 @@ class RelaySwitcher(AsyncClosing):
             turns=self.turns,
             endpoints=self.endpoints,
             prompts={role: prompt for role, (prompt, _) in prepared.items()},
+            mode=self._reasoning_of(prepared["large"][0]),
             context_windows={role: window for role, (_, window) in prepared.items()},
             request_hook=self.request_hook,
             started=started,
@@ -190,8 +206,11 @@ class RelaySwitcher(AsyncClosing):
         :meth:`MethodTurns.reasoning_stops`)."""
         return self.turns.reasoning_stops(role)
 
-    async def _prepare(self, role: ModelRole, chat: ChatInput) -> tuple[RenderedPrompt, int | None]:
-        """The model's prompt and context window; checks the cue set was made for this model."""
+    async def _prepare(
+        self, role: ModelRole, chat: ChatInput
+    ) -> tuple[RenderedPrompt | RenderedIds, int | None]:
+        """The model's prompt (its ids on the token path) and context window; checks the cue
+        set was made for this model."""
         endpoint = self.endpoints[role]
         info = await endpoint.model_info()  # fetched once per endpoint, then cached
         pair = self.cues.model_pair
@@ -202,10 +221,33 @@ class RelaySwitcher(AsyncClosing):
                 f"{mismatch}. Calibrate this pair (relaygen calibrate) or set "
                 "allow_model_mismatch=True to use it anyway.",
             )
+        if self.prompt_path == "tokens":
+            assert isinstance(self.renderer, TokenRenderer)
+            rendering = self.renderer.render_ids(endpoint, chat)
+            if role == "large" and self._marker_ids is None:  # beside the first render
+                ids, self._marker_ids = await asyncio.gather(rendering, self._tokenized_markers())
+                return ids, info.max_model_len
+            return await rendering, info.max_model_len
         return await self.renderer.render(endpoint, chat), info.max_model_len
 
+    def _reasoning_of(self, prompt: RenderedPrompt | RenderedIds) -> PromptReasoning:
+        """How the large model's prompt leaves the reasoning."""
+        if isinstance(prompt, RenderedPrompt):
+            return PromptReasoning.of(prompt.text, self.config.markers)
+        assert self._marker_ids is not None, "learned with the large model's first render"
+        return PromptReasoning.of_ids(prompt.ids, *self._marker_ids)
 
-def _check_fits(prepared: Mapping[ModelRole, tuple[RenderedPrompt, int | None]]) -> None:
+    async def _tokenized_markers(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        endpoint, markers = self.endpoints["large"], self.config.markers
+        start, end = await asyncio.gather(
+            endpoint.tokenize_text(markers.start), endpoint.tokenize_text(markers.end)
+        )
+        return tuple(start), tuple(end)
+
+
+def _check_fits(
+    prepared: Mapping[ModelRole, tuple[RenderedPrompt | RenderedIds, int | None]],
+) -> None:
     """Refuse, before the first token, a prompt that leaves a model no room to write (both
     models are named, so the error says how far each is over)."""
     counts = {r: p.token_count for r, (p, w) in prepared.items() if p.token_count and w}

@@ -125,7 +125,8 @@ class ScriptedModel:
     faults: list[Fault] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
-    renders: int = 0
+    renders: int = 0  # chats tokenized (/tokenize with messages)
+    texts_tokenized: list[str] = field(default_factory=list)  # /tokenize with a prompt
     active: int = 0
     peak_active: int = 0
     cut_short: int = 0  # streams the client closed before their end
@@ -269,10 +270,11 @@ class ScriptedVLLM:
         model = self.models[body["model"]]
         if "messages" in body:
             text = model.chat_template(body["messages"], thinking, body.get("tools"))
+            model.renders += 1
         else:
             text = body["prompt"]
+            model.texts_tokenized.append(text)
         ids = self._ids(tokenize(text))
-        model.renders += 1
         return JSONResponse(
             {"count": len(ids), "max_model_len": model.max_model_len, "tokens": ids}
         )
@@ -288,6 +290,12 @@ class ScriptedVLLM:
         model = self.models.get(body.get("model"))
         if model is None:
             return JSONResponse({"error": {"message": "model not found"}}, status_code=404)
+        if isinstance(body.get("prompt"), list):  # token ids: the text they stand for
+            ids = body["prompt"]
+            if not all(isinstance(i, int) and 0 <= i < len(self.words) for i in ids):
+                message = "token id out of vocabulary (what vLLM 0.32 answers, in short)"
+                return JSONResponse({"error": {"message": message, "code": 400}}, 400)
+            body["prompt_ids"], body["prompt"] = ids, "".join(self.words[i] for i in ids)
         model.record(body, dict(request.headers))
         stops = body.get("stop") or []
         if model.max_stop_strings is not None and len(stops) > model.max_stop_strings:
@@ -347,6 +355,7 @@ class ScriptedVLLM:
                     # warns "socket.send() raised exception." past a few such writes)
                     await asyncio.sleep(model.token_delay)
                 written.append(token)
+                outcome.unsent.append(token)
                 yield text.delta(finished=outcome.stop_reason is not None)
                 if outcome.stop_reason is not None:
                     break
@@ -377,9 +386,15 @@ class ScriptedVLLM:
             outcome = _Outcome()
             continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
 
+            with_ids = bool(body.get("return_token_ids"))
+
             def chunk(text: str) -> str:
+                """A chunk of `text`, and the ids of the tokens written since the last one
+                (vLLM's ``return_token_ids``: they may run ahead of text held back)."""
                 usage = outcome.so_far() if continuous else None
-                return _chunk(model.name, text, None, usage=usage)
+                ids = self._ids(outcome.unsent) if with_ids else None
+                outcome.unsent.clear()
+                return _chunk(model.name, text, None, usage=usage, ids=ids)
 
             merged, tokens = "", 0
             async for piece in self._generate(model, body, fault, outcome):
@@ -387,9 +402,10 @@ class ScriptedVLLM:
                 if tokens % model.tokens_per_chunk == 0 and not outcome.backlog:
                     yield chunk(merged)
                     merged = ""
-            if merged:
+            if merged or outcome.unsent:
                 yield chunk(merged)
-            yield _chunk(model.name, "", outcome.finish, outcome.stop_reason)
+            ids: list[int] | None = [] if with_ids else None
+            yield _chunk(model.name, "", outcome.finish, outcome.stop_reason, ids=ids)
             final = {**_completion(model.name, []), "usage": outcome.usage}
             yield "data: " + json.dumps(final) + "\n\n"
             finished = True
@@ -446,6 +462,7 @@ class _Outcome:
     prompt_tokens: int = 0
     generated: int = 0
     backlog: bool = False  # more tokens written than streamed: merge them into one chunk
+    unsent: list[str] = field(default_factory=list)  # tokens written since the last chunk
 
     def so_far(self) -> dict[str, int]:
         """vLLM's ``continuous_usage_stats`` usage of a chunk: the tokens up to it."""
@@ -524,6 +541,10 @@ def _chunk(
     finish: str | None,
     stop_reason: str | None = None,
     usage: dict[str, int] | None = None,
+    ids: list[int] | None = None,
 ) -> str:
-    payload = {**_completion(model, [_choice(text, finish, stop_reason)]), "usage": usage}
+    choice = _choice(text, finish, stop_reason)
+    if ids is not None:
+        choice["token_ids"] = ids
+    payload = {**_completion(model, [choice]), "usage": usage}
     return "data: " + json.dumps(payload) + "\n\n"

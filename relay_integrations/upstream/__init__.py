@@ -13,7 +13,7 @@ The relay (:mod:`relay_integrations.relay`) drives two of these; a
 :class:`RequestObserver` given to an endpoint sees every request it sends (tracing).
 """
 
-from .completion import CompletionRequest, StreamPiece
+from .completion import CompletionRequest, StreamPiece, TokenPrompt
 from .config import EndpointConfig, ModelRole, SamplingConfig, SamplingOverrides
 from .endpoint import Endpoint
 from .errors import InvalidChatError, InvalidHeaderError, RelayError, RenderError
@@ -22,8 +22,10 @@ from .rendering import (
     ChatInput,
     JinjaChatTemplate,
     PromptRenderer,
+    RenderedIds,
     RenderedPrompt,
     ServerChatTemplate,
+    TokenRenderer,
 )
 
 __all__ = [
@@ -38,10 +40,13 @@ __all__ = [
     "PromptRenderer",
     "RelayError",
     "RenderError",
+    "RenderedIds",
     "RenderedPrompt",
     "RequestObserver",
     "SamplingConfig",
     "SamplingOverrides",
     "ServerChatTemplate",
     "StreamPiece",
+    "TokenPrompt",
+    "TokenRenderer",
 ]

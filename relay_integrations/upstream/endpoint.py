@@ -44,9 +44,11 @@ from ._failures import (
 )
 from ._http import ClosedBeforeAnswer, HttpClient, HttpResponse, IncompleteStream, shown
 from ._stream_stops import StreamStops
+from .answers import Tokenized
 from .availability import Availability
 from .completion import CompletionRequest as CompletionRequest
 from .completion import StreamPiece as StreamPiece
+from .completion import TokenPrompt as TokenPrompt
 from .config import EndpointConfig, ModelRole
 from .deadline import (
     current_deadline,
@@ -223,6 +225,12 @@ class Endpoint:
                 f"missing: {', '.join(fields)}): check that it is a vLLM server"
             ) from None
 
+    async def tokenize_text(self, text: str) -> list[int]:
+        """The ids of `text` alone in the served model's tokenizer (``POST /tokenize``, no
+        special tokens added): what a :class:`TokenPrompt`'s text is sent as."""
+        body = {"model": self.config.model, "prompt": text, "add_special_tokens": False}
+        return (await self.post_json("/tokenize", body, Tokenized)).tokens
+
     async def _json(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
         async with self._slots:
             response = await self._http.request(method, path, dict(body) if body else None)
@@ -248,8 +256,16 @@ class Endpoint:
         if observer is not None:
             await observer.opened(self, request)
         try:
+            prompt: str | list[int] = request.prompt  # type: ignore[assignment]
+            tail: list[int] | None = None
+            if isinstance(request.prompt, TokenPrompt):
+                tail = await self.tokenize_text(request.prompt.text) if request.prompt.text else []
+                prompt = [*request.prompt.ids, *tail]
             async with self._slots:
-                response, events, piece = await self._with_retries(lambda: self._open(request))
+                opened = await self._with_retries(lambda: self._open(request, prompt))
+                response, events, piece = opened
+                if piece is not None:
+                    piece.tail_ids = tail
                 watch = self._stream_stops(request)  # after _open: it may learn the limit
                 received, so_far, counted, finished, ended = "", StreamPiece(), False, False, False
                 try:
@@ -331,7 +347,9 @@ class Endpoint:
             text += watch.rest()  # the server's end: what was held back
         elif stop is not None and piece.finish_reason is None:
             if stop not in watch.stops[: self.stop_limit]:
-                return _cut(text, stop, so_far), True
+                closing = _cut(text, stop, so_far)
+                closing.tail_ids = piece.tail_ids
+                return closing, True
         elif stop is not None:  # the server finished at this piece for a reason of its own
             piece.finish_reason, piece.stop_reason = "stop", stop
         piece.text = text  # the piece is this loop's own (made from its event)
@@ -385,11 +403,12 @@ class Endpoint:
             raise
 
     async def _open(
-        self, request: CompletionRequest
+        self, request: CompletionRequest, prompt: str | list[int]
     ) -> tuple[HttpResponse, AsyncIterator[bytes], StreamPiece | None]:
-        """Open the stream and read its first piece (what a retry may repeat): the response,
-        its events (:func:`_event_piece` reads each) and that piece."""
-        body = self.completion_body(request)
+        """Open the stream of `request` with `prompt` (its text, or its :class:`TokenPrompt`
+        as ids) and read its first piece (what a retry may repeat): the response, its events
+        (:func:`_event_piece` reads each) and that piece."""
+        body = self.completion_body(request, prompt)
         try:
             response = await self._http.request(
                 "POST", self._api_path + "/completions", body, request.headers, expect="events"
@@ -406,7 +425,7 @@ class Endpoint:
                 self.config.base_url,
                 limit,
             )
-            return await self._open(request)
+            return await self._open(request, prompt)
         events = response.events()
         try:
             first, ended = None, False
@@ -428,14 +447,21 @@ class Endpoint:
             await response.close()
             raise
 
-    def completion_body(self, request: CompletionRequest) -> dict[str, Any]:
+    def completion_body(
+        self, request: CompletionRequest, prompt: str | list[int] | None = None
+    ) -> dict[str, Any]:
         """The JSON body of `request`: the fields the relay sets itself (each one in
         :data:`~.reserved_fields.RESERVED_BODY_FIELDS`, so that no ``extra_body`` overrides it
-        unseen), the endpoint's ``extra_body``, the sampling, the request's own fields."""
+        unseen), the endpoint's ``extra_body``, the sampling, the request's own fields.
+        `prompt`: the prompt as sent (a :class:`TokenPrompt`'s ids with its text's; default:
+        the request's text, or its ids when it has no text)."""
+        if prompt is None:
+            given = request.prompt
+            prompt = given if isinstance(given, str) else [*given.ids]
         stops = list(request.stop[: self.stop_limit])  # the first ones: the relay orders them
         body = {
             "model": self.config.model,
-            "prompt": request.prompt,
+            "prompt": prompt,
             "max_tokens": request.max_tokens,
             "stream": True,
             **({"stop": stops} if stops else {}),
@@ -446,6 +472,8 @@ class Endpoint:
             # the stream gets no final usage chunk.
             "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         }
+        if not isinstance(prompt, str):
+            body["return_token_ids"] = True  # each piece's ids: the model's own tokens kept
         if self._overflows(request):
             # the stream's own stops (StreamStops) need to see every stop the server writes,
             # and hold back a stop's possible start themselves (the server would hold back
@@ -582,18 +610,19 @@ def _event_piece(data: bytes) -> StreamPiece | None:
 
 
 def _piece(chunk: Mapping[str, Any]) -> StreamPiece:
-    text, finish, stop_reason = "", None, None
+    text, finish, stop_reason, ids = "", None, None, None
     choices = chunk.get("choices")
     if choices:
         choice = choices[0]
         text = choice.get("text") or ""
         finish = choice.get("finish_reason")
         stop_reason = choice.get("stop_reason")
+        ids = choice.get("token_ids")
     usage = chunk.get("usage")
     if not usage:
         if not choices and (error := _error_of(chunk)) is not None:  # no chunk: an error
             raise UpstreamErrorEvent(f"the server sent an error event: {error.get('message')}")
-        return StreamPiece(text, finish, stop_reason)
+        return StreamPiece(text, finish, stop_reason, token_ids=ids)
     details = usage.get("prompt_tokens_details") or {}
     return StreamPiece(
         text,
@@ -603,6 +632,7 @@ def _piece(chunk: Mapping[str, Any]) -> StreamPiece:
         cached_tokens=details.get("cached_tokens"),
         completion_tokens=usage.get("completion_tokens"),
         usage_only=not choices,
+        token_ids=ids,
     )
 
 
@@ -610,7 +640,12 @@ def _tokens_only(piece: StreamPiece) -> StreamPiece:
     """A piece whose usage is the usage so far: its token count, no usage to count (made
     directly: ``dataclasses.replace`` costs a few microseconds a token)."""
     return StreamPiece(
-        piece.text, piece.finish_reason, piece.stop_reason, tokens=piece.completion_tokens
+        piece.text,
+        piece.finish_reason,
+        piece.stop_reason,
+        tokens=piece.completion_tokens,
+        token_ids=piece.token_ids,
+        tail_ids=piece.tail_ids,
     )
 
 

@@ -1,9 +1,11 @@
 """Turning chat messages into the exact prompt text a model sees, once per generation.
 
 By default the server renders its own chat template: ``POST /tokenize`` with the messages
-(and tools, and ``chat_template_kwargs`` such as ``enable_thinking``), then ``POST
-/detokenize`` of the ids. The text is the prefix of every segment's ``/v1/completions``
-prompt, so the server's prefix cache only ever prefills what a model has not seen yet.
+(and tools, and ``chat_template_kwargs`` such as ``enable_thinking``). The relay keeps the
+ids (:meth:`ServerChatTemplate.render_ids`): they are the prefix of every segment's
+``/v1/completions`` prompt, so the server neither tokenizes the chat again nor prefills what
+the model has seen. :meth:`~ServerChatTemplate.render` also asks ``POST /detokenize`` for the
+text (calibration, and the text path).
 
 Servers without ``/tokenize`` take a :class:`JinjaChatTemplate` (needs the ``jinja`` extra)::
 
@@ -18,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 import openai
 
@@ -46,6 +49,17 @@ class RenderedPrompt:
     token_count: int | None = None
 
 
+@dataclass(frozen=True)
+class RenderedIds:
+    """A chat rendered to the model's token ids (no text: nothing was detokenized)."""
+
+    ids: tuple[int, ...]
+
+    @property
+    def token_count(self) -> int:
+        return len(self.ids)
+
+
 @runtime_checkable
 class PromptRenderer(Protocol):
     """Renders a chat into the prompt text of one endpoint's model."""
@@ -53,10 +67,28 @@ class PromptRenderer(Protocol):
     async def render(self, endpoint: Endpoint, chat: ChatInput) -> RenderedPrompt: ...
 
 
+@runtime_checkable
+class TokenRenderer(Protocol):
+    """Renders a chat into the token ids of one endpoint's model."""
+
+    async def render_ids(self, endpoint: Endpoint, chat: ChatInput) -> RenderedIds: ...
+
+
 class ServerChatTemplate:
-    """Renders through the server's own chat template (vLLM ``/tokenize`` + ``/detokenize``)."""
+    """Renders through the server's own chat template (vLLM ``/tokenize``, and ``/detokenize``
+    for the text)."""
 
     async def render(self, endpoint: Endpoint, chat: ChatInput) -> RenderedPrompt:
+        tokens = list((await self.render_ids(endpoint, chat)).ids)
+        try:
+            detokenized = await endpoint.post_json(
+                "/detokenize", {"model": endpoint.config.model, "tokens": tokens}, Detokenized
+            )
+        except UpstreamFailure as failure:
+            _raise_render_error(endpoint, failure)
+        return RenderedPrompt(text=detokenized.prompt, token_count=len(tokens))
+
+    async def render_ids(self, endpoint: Endpoint, chat: ChatInput) -> RenderedIds:
         body: dict[str, Any] = {
             "model": endpoint.config.model,
             "messages": chat.messages,
@@ -68,21 +100,25 @@ class ServerChatTemplate:
             body["chat_template_kwargs"] = chat.chat_template_kwargs
         try:
             tokens = (await endpoint.post_json("/tokenize", body, Tokenized)).tokens
-            detokenized = await endpoint.post_json(
-                "/detokenize", {"model": endpoint.config.model, "tokens": tokens}, Detokenized
-            )
         except UpstreamFailure as failure:
-            if isinstance(failure.cause, openai.NotFoundError):
-                raise RenderError(
-                    f"{endpoint.role} endpoint {endpoint.config.server_root} has no /tokenize; "
-                    "it is not vLLM. Pass renderer=JinjaChatTemplate(<its chat template>)."
-                ) from None
-            if isinstance(failure.cause, openai.BadRequestError):
-                raise InvalidChatError(
-                    f"{endpoint.role} endpoint could not render the chat: {failure.cause.message}"
-                ) from None
-            raise
-        return RenderedPrompt(text=detokenized.prompt, token_count=len(tokens))
+            _raise_render_error(endpoint, failure)
+        return RenderedIds(tuple(tokens))
+
+
+def _raise_render_error(endpoint: Endpoint, failure: UpstreamFailure) -> NoReturn:
+    """Raise what a failed render means: a server without the route (not vLLM), a chat it
+    refused, or the failure itself."""
+    if isinstance(failure.cause, openai.NotFoundError):
+        path = urllib.parse.urlsplit(str(failure.cause.request.url)).path
+        raise RenderError(
+            f"{endpoint.role} endpoint {endpoint.config.server_root} has no {path}; "
+            "it is not vLLM. Pass renderer=JinjaChatTemplate(<its chat template>)."
+        ) from None
+    if isinstance(failure.cause, openai.BadRequestError):
+        raise InvalidChatError(
+            f"{endpoint.role} endpoint could not render the chat: {failure.cause.message}"
+        ) from None
+    raise failure
 
 
 class JinjaChatTemplate:

@@ -1,0 +1,110 @@
+"""The token path is the text path with nothing tokenized twice: over the scripted server,
+the same generation sent both ways gives the same result, and every request's ids stand for
+exactly the prompt the text path sends, whatever ends the requests (cues, sentence ends,
+stops in the stream past a server's cap, a broken stream resumed, the answer's stops)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from relay_integrations.relay import RelayDone, RelaySwitcher
+from relay_integrations.relay.config import RelayConfig
+from relay_integrations.testing.qwen3_template import render_chat
+from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
+from tests.fakes.relay_config import make_config
+
+TRACE = (
+    "<think>\nLet me see. Therefore, the sum is 4. Then we go on. Now we check e.g. the sum. "
+    "It is right.\n</think>\n\nThe answer is 4. Done here."
+)
+MESSAGES = [{"role": "user", "content": "What is 2 + 2?"}]
+
+
+def other_template(
+    messages: list[dict[str, Any]], thinking: bool, tools: list[dict[str, Any]] | None
+) -> str:
+    """A small model of another family: its chat renders to other ids."""
+    return "<|system|>small\n" + render_chat(messages, thinking, tools)
+
+
+CASES = {
+    "one tokenizer": {},
+    "two tokenizers": {"small_template": other_template},
+    "chunks of 3 tokens": {"tokens_per_chunk": 3},
+    "stops past the server's cap": {"max_stop_strings": 1},
+    "speculative hand-off": {"speculative_handoff": True},
+    "a broken stream resumed": {"faults": [Fault(), Fault(cut_after=3)]},
+    "answer stops": {"stop": ["here"]},
+    "the small model's cap": {"max_small_tokens": 3},
+}
+
+
+async def run(path: str, case: dict[str, Any]) -> tuple[Any, list[list[dict[str, Any]]], Any]:
+    models = [ScriptedModel(name, TRACE) for name in ("large", "small")]
+    for model in models:
+        model.tokens_per_chunk = case.get("tokens_per_chunk", 1)
+        model.max_stop_strings = case.get("max_stop_strings")
+    if "small_template" in case:
+        models[1].chat_template = case["small_template"]
+    models[0].faults = list(case.get("faults", []))
+    async with ScriptedVLLM(*models) as server:
+        config = make_config(
+            server,
+            speculative_handoff=case.get("speculative_handoff", False),
+            max_small_tokens=case.get("max_small_tokens", 128),
+        )
+        config = RelayConfig.model_validate({**config.model_dump(), "prompt_path": path})
+        async with RelaySwitcher(config) as relay:
+            events = [e async for e in relay.stream(MESSAGES, stop=case.get("stop", ()))]
+    done = events[-1]
+    assert isinstance(done, RelayDone)
+    return done.result, [m.requests for m in models], models
+
+
+@pytest.mark.parametrize("name", CASES)
+async def test_the_token_path_sends_what_the_text_path_sends(name: str) -> None:
+    case = CASES[name]
+    text, text_requests, _ = await run("text", case)
+    tokens, token_requests, models = await run("tokens", case)
+    assert tokens.text == text.text
+    assert [(s.model, s.ended_by, s.text) for s in tokens.segments] == [
+        (s.model, s.ended_by, s.text) for s in text.segments
+    ]
+    assert tokens.finish_reason == text.finish_reason
+    for role, sent_as_text, sent_as_ids in zip(("large", "small"), text_requests, token_requests):
+        # the fake decodes a prompt of ids into the text it stands for
+        assert all("prompt_ids" in body for body in sent_as_ids), role
+        assert not any("prompt_ids" in body for body in sent_as_text), role
+        assert [b["prompt"] for b in sent_as_ids] == [b["prompt"] for b in sent_as_text], role
+    for model in models:  # the chat once; after that only text no id stood for yet
+        assert model.renders == 1
+        assert sum(map(len, model.texts_tokenized)) < len(TRACE)
+
+
+async def test_one_tokenizer_tokenizes_only_the_last_token_of_a_stop() -> None:
+    """Both models render the chat to the same ids: each continues from the other's own
+    ids. Only the last piece of a request that a stop string ended is tokenized again
+    (vLLM cuts the text at the stop's end, and that piece's token may hold more): the
+    comma of the cue "Therefore," and the end of "</think>" (two tokens in the fake's
+    tokenizer), besides the markers, once, for the prompt's reasoning mode."""
+    _, _, models = await run("tokens", {})
+    assert [m.texts_tokenized for m in models] == [["<think>", "</think>"], [",", ">"]]
+
+
+async def test_two_tokenizers_tokenize_each_hand_off_once() -> None:
+    """Two tokenizers: each hand-off tokenizes the other model's new text, once, on the next
+    model's server (with the last token of the stop that ended its own turn)."""
+    _, _, (large, small) = await run("tokens", {"small_template": other_template})
+    assert large.texts_tokenized == [
+        "<think>",
+        "</think>",
+        ", the sum is 4.",
+        " we check e.g. the sum.",
+    ]
+    assert small.texts_tokenized == [
+        "<think>\nLet me see. Therefore,",
+        " Then we go on. Now",
+        " It is right.\n</think>",
+    ]
