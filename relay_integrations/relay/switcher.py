@@ -81,8 +81,6 @@ class RelaySwitcher(AsyncClosing):
         self.prompt_path = "tokens" if renders_ids and config.prompt_path != "text" else "text"
         """How this switcher's generations send their prompts (``config.prompt_path``
         resolved for its renderer)."""
-        self._marker_ids: tuple[tuple[int, ...], tuple[int, ...]] | None = None
-        """The reasoning markers' ids in the large model's tokenizer (learned once)."""
         given = dict(endpoints or {})
         if any(key not in MODEL_ROLES or e.role != key for key, e in given.items()):
             mapped = {key: e.role for key, e in given.items()}
@@ -224,8 +222,10 @@ class RelaySwitcher(AsyncClosing):
         if self.prompt_path == "tokens":
             assert isinstance(self.renderer, TokenRenderer)
             rendering = self.renderer.render_ids(endpoint, chat)
-            if role == "large" and self._marker_ids is None:  # beside the first render
-                ids, self._marker_ids = await asyncio.gather(rendering, self._tokenized_markers())
+            if role == "large" and self._marker_key() not in _MARKER_IDS:  # beside the render
+                ids, _MARKER_IDS[self._marker_key()] = await asyncio.gather(
+                    rendering, self._tokenized_markers()
+                )
                 return ids, info.max_model_len
             return await rendering, info.max_model_len
         return await self.renderer.render(endpoint, chat), info.max_model_len
@@ -234,8 +234,11 @@ class RelaySwitcher(AsyncClosing):
         """How the large model's prompt leaves the reasoning."""
         if isinstance(prompt, RenderedPrompt):
             return PromptReasoning.of(prompt.text, self.config.markers)
-        assert self._marker_ids is not None, "learned with the large model's first render"
-        return PromptReasoning.of_ids(prompt.ids, *self._marker_ids)
+        return PromptReasoning.of_ids(prompt.ids, *_MARKER_IDS[self._marker_key()])
+
+    def _marker_key(self) -> tuple[str, str, str, str]:
+        large, markers = self.config.large, self.config.markers
+        return large.server_root, large.model, markers.start, markers.end
 
     async def _tokenized_markers(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         endpoint, markers = self.endpoints["large"], self.config.markers
@@ -243,6 +246,12 @@ class RelaySwitcher(AsyncClosing):
             endpoint.tokenize_text(markers.start), endpoint.tokenize_text(markers.end)
         )
         return tuple(start), tuple(end)
+
+
+_MARKER_IDS: dict[tuple[str, str, str, str], tuple[tuple[int, ...], tuple[int, ...]]] = {}
+"""The reasoning markers' ids in a served model's tokenizer (by server, model and markers),
+learned with the first render of the process that needs them: relays made for each event
+loop (a model called from ``asyncio.run`` after ``asyncio.run``) do not ask again."""
 
 
 def _check_fits(

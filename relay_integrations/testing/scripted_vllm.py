@@ -190,8 +190,6 @@ class ScriptedVLLM:
     def __init__(self, *models: ScriptedModel, api_key: str | None = None, port: int = 0) -> None:
         self.models = {m.name: m for m in models}
         self.api_key = api_key
-        self.vocab: dict[str, int] = {}
-        self.words: list[str] = []
         app = Starlette(
             routes=[
                 Route("/v1/models", self._models),
@@ -237,11 +235,7 @@ class ScriptedVLLM:
         return engine.admit(uncached)
 
     def _ids(self, tokens: list[str]) -> list[int]:
-        for t in tokens:
-            if t not in self.vocab:
-                self.vocab[t] = len(self.words)
-                self.words.append(t)
-        return [self.vocab[t] for t in tokens]
+        return [token_id(t) for t in tokens]
 
     def _unauthorized(self, request: Request) -> Response | None:
         """vLLM's answer to a /v1 request without the server's --api-key (the root routes,
@@ -281,7 +275,7 @@ class ScriptedVLLM:
 
     async def _detokenize(self, request: Request) -> Response:
         body = await request.json()
-        return JSONResponse({"prompt": "".join(self.words[i] for i in body["tokens"])})
+        return JSONResponse({"prompt": decode(body["tokens"])})
 
     async def _completions(self, request: Request) -> Response:
         if refused := self._unauthorized(request):
@@ -292,10 +286,11 @@ class ScriptedVLLM:
             return JSONResponse({"error": {"message": "model not found"}}, status_code=404)
         if isinstance(body.get("prompt"), list):  # token ids: the text they stand for
             ids = body["prompt"]
-            if not all(isinstance(i, int) and 0 <= i < len(self.words) for i in ids):
+            try:
+                body["prompt"], body["prompt_ids"] = decode(ids), ids
+            except (AttributeError, TypeError, ValueError, OverflowError):
                 message = "token id out of vocabulary (what vLLM 0.32 answers, in short)"
                 return JSONResponse({"error": {"message": message, "code": 400}}, 400)
-            body["prompt_ids"], body["prompt"] = ids, "".join(self.words[i] for i in ids)
         model.record(body, dict(request.headers))
         stops = body.get("stop") or []
         if model.max_stop_strings is not None and len(stops) > model.max_stop_strings:
@@ -450,6 +445,25 @@ def serving(server: ScriptedVLLM) -> Iterator[ScriptedVLLM]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=30)
         loop.close()
+
+
+def token_id(token: str) -> int:
+    """A token's id in the scripted models' one tokenizer (as models of one family share
+    theirs): its UTF-8 bytes as a number, so that a server started again, or one in another
+    process, gives every token the same id."""
+    return int.from_bytes(b"\x01" + token.encode(), "big")
+
+
+def decode(ids: list[int]) -> str:
+    """The text of ids of :func:`token_id` (ValueError for any other id)."""
+    return "".join(_token(i) for i in ids)
+
+
+def _token(index: int) -> str:
+    raw = index.to_bytes((index.bit_length() + 7) // 8, "big")
+    if not raw.startswith(b"\x01"):
+        raise ValueError(f"{index} is no token's id")
+    return raw[1:].decode()
 
 
 @dataclass

@@ -17,7 +17,12 @@ from relay_integrations.relay import (
 )
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
 from relay_integrations.upstream.config import MODEL_ROLES, ModelRole
-from relay_integrations.upstream.endpoint import CompletionRequest, Endpoint, StreamPiece
+from relay_integrations.upstream.endpoint import (
+    CompletionRequest,
+    Endpoint,
+    StreamPiece,
+    TokenPrompt,
+)
 from relay_integrations.upstream.observer import ObservedEndpoint, RequestObserver
 
 TRACE = (
@@ -85,9 +90,12 @@ async def test_the_observer_sees_every_request_and_what_it_returned() -> None:
     # one observed request per request the servers got, in the order sent
     assert [s.role for s in seen] == [s.model for s in result.segments]
     assert len(seen) == len(large.requests) + len(small.requests)
-    assert [s.request.prompt for s in seen if s.role == "large"] == [
-        r["prompt"] for r in large.requests
-    ]
+    # the requests as the relay made them: prompts of the model's own ids, then text no id
+    # stood for yet, which the endpoint tokenized and sent as ids too
+    prompts = [s.request.prompt for s in seen if s.role == "large"]
+    for prompt, body in zip(prompts, large.requests, strict=True):
+        assert isinstance(prompt, TokenPrompt)
+        assert body["prompt_ids"][: len(prompt.ids)] == list(prompt.ids)
     assert all(s.events == ["opened", "piece", "completed"] for s in seen)
     # the pieces are those the switcher got: the transcript is their text, cut at hand-offs
     assert "".join(s.text for s in seen).startswith("<think>\nLet me see. Therefore,")

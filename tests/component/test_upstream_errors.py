@@ -216,6 +216,7 @@ async def test_a_stalled_server_is_told_from_one_that_is_not_up() -> None:
         pytest.param({"count": 3}, {"prompt": "p"}, "tokens", id="tokenize without tokens"),
         pytest.param({"tokens": ["a"]}, {"prompt": "p"}, "tokens.0", id="tokens not ids"),
         pytest.param([1, 2], {"prompt": "p"}, "the body", id="tokenize answers a list"),
+        # the text path's (and calibration's) render asks /detokenize for the prompt's text
         pytest.param({"tokens": [1]}, {"text": "p"}, "prompt", id="detokenize without prompt"),
     ],
 )
@@ -237,7 +238,8 @@ async def test_a_json_answer_without_what_the_relay_reads_is_named(
             EndpointConfig(base_url=server.base_url, model="large", max_retries=0),
             EndpointConfig(base_url=server.base_url, model="small", max_retries=0),
         )
-        async with RelaySwitcher(config) as relay:
+        path = "text" if named == "prompt" else "auto"
+        async with RelaySwitcher(config.model_copy(update={"prompt_path": path})) as relay:
             with pytest.raises(RelayError) as caught:
                 await relay.generate(MESSAGES)
     said = str(caught.value)
