@@ -29,7 +29,7 @@ def other_template(
     return "<|system|>small\n" + render_chat(messages, thinking, tools)
 
 
-CASES = {
+CASES: dict[str, dict[str, Any]] = {
     "one tokenizer": {},
     "two tokenizers": {"small_template": other_template},
     "chunks of 3 tokens": {"tokens_per_chunk": 3},
@@ -73,7 +73,9 @@ async def test_the_token_path_sends_what_the_text_path_sends(name: str) -> None:
         (s.model, s.ended_by, s.text) for s in text.segments
     ]
     assert tokens.finish_reason == text.finish_reason
-    for role, sent_as_text, sent_as_ids in zip(("large", "small"), text_requests, token_requests):
+    for role, sent_as_text, sent_as_ids in zip(
+        ("large", "small"), text_requests, token_requests, strict=True
+    ):
         # the fake decodes a prompt of ids into the text it stands for
         assert all("prompt_ids" in body for body in sent_as_ids), role
         assert not any("prompt_ids" in body for body in sent_as_text), role

@@ -24,7 +24,9 @@ from relay_integrations.relay import (
     SwitchPolicy,
 )
 from relay_integrations.testing import forced
-from relay_integrations.upstream.endpoint import CompletionRequest, StreamPiece
+from relay_integrations.upstream.answers import Detokenized
+from relay_integrations.upstream.completion import TokenPrompt
+from relay_integrations.upstream.endpoint import CompletionRequest, Endpoint, StreamPiece
 
 from .conftest import Server
 
@@ -77,6 +79,14 @@ async def relay_recording(
     return result, sent
 
 
+async def prompt_text(endpoint: Endpoint, prompt: str | TokenPrompt) -> str:
+    """What a request's prompt stands for, read back through the server's own tokenizer."""
+    if isinstance(prompt, str):
+        return prompt
+    body = {"model": endpoint.config.model, "tokens": list(prompt.ids)}
+    return (await endpoint.post_json("/detokenize", body, Detokenized)).prompt + prompt.text
+
+
 SEGMENTS = [
     ("large", "cue", "Therefore,"),
     ("small", "sentence_end", None),
@@ -123,18 +133,21 @@ async def test_each_server_gets_its_own_template_and_reuses_its_own_prefix(
         renderer, chat = ServerChatTemplate(), ChatInput(QUESTION)
         large_prompt = (await renderer.render(relay.endpoints["large"], chat)).text
         small_prompt = (await renderer.render(relay.endpoints["small"], chat)).text
+        prompts = {
+            role: [await prompt_text(relay.endpoints[role], r.prompt) for r in sent[role]]
+            for role in ("large", "small")
+        }
     assert large_prompt.startswith("<bos>") and large_prompt.endswith("<think>\n")
     assert small_prompt.startswith("<|im_start|>system\n")
     assert small_prompt.endswith("<|im_start|>assistant\n")
     # every request is the model's own rendered prompt plus the transcript so far
     for role, prompt in (("large", large_prompt), ("small", small_prompt)):
-        assert sent[role] and all(r.prompt.startswith(prompt) for r in sent[role])
-        transcripts = [r.prompt[len(prompt) :] for r in sent[role]]
+        assert prompts[role] and all(p.startswith(prompt) for p in prompts[role])
+        transcripts = [p[len(prompt) :] for p in prompts[role]]
         assert all(TRACE.startswith(t) for t in transcripts)
     # the answer, on the small model's ChatML template after the whole reasoning
-    answer_request = sent["small"][-1]
     reasoning_end = TRACE.index("</think>") + len("</think>")
-    assert answer_request.prompt == small_prompt + TRACE[:reasoning_end]
+    assert prompts["small"][-1] == small_prompt + TRACE[:reasoning_end]
     # usage per model, counted by each model's own tokenizer; both prefix caches hit
     for role in ("large", "small"):
         usage = result.usage[role]

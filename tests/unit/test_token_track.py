@@ -5,6 +5,8 @@ are sure."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,7 +57,7 @@ requests = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(requests)
-def test_a_prompt_always_stands_for_the_transcript(plan: list) -> None:
+def test_a_prompt_always_stands_for_the_transcript(plan: list[Any]) -> None:
     track, transcript = TokenTrack(PROMPT), ""
     for tokens, per_piece, end, short, cut, added in plan:
         prompt = track.prompt(transcript)
