@@ -453,7 +453,8 @@ def _prompt_path(relay: RelaySwitcher, found: Mapping[ModelRole, _Probed]) -> Ch
     if large == small:
         found_text += (
             "; both servers render the chat to the same ids (one tokenizer): each model "
-            "continues from the other's own ids, nothing is tokenized again"
+            "continues from the other's own ids, and only the last token of a stop is tokenized "
+            "again"
         )
     else:
         found_text += (
