@@ -17,6 +17,7 @@ the trace alone, in one chat completion, is the yardstick of the wall time. Prin
 (:mod:`.report`): each API server's CPU time a switch (``/proc/<pid>/stat``, its EngineCore
 left out), the requests and bytes a generation sends (vLLM's ``/metrics``, every route), the
 wall time against the large model alone, and the tokens / text ratios, with a machine-speed
-reference (:mod:`.speed`) timed at the start and the end. What it measured:
+reference (:func:`benchmarks.machine.reference_seconds`) timed at the start and the end. What
+it measured:
 ``docs/benchmarks.md``, "Context length: text and token prompts".
 """

@@ -18,9 +18,8 @@ from relay_integrations.relay import ModelRole
 from .context import MATH500, source_text
 from .figures import Measured
 from .report import plot, report
-from .runs import TOKEN_PATH, Runs, log
+from .runs import Runs, log
 from .servers import MAX_MODEL_LEN, PORTS, Server, vllm_pair
-from .speed import reference_seconds
 
 LENGTHS = "1k,4k,16k,32k"
 QUICK_LENGTHS = "1k,4k"
@@ -77,9 +76,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-def header(
-    machine: MachineFacts, servers: Mapping[ModelRole, Server], speed: Sequence[float]
-) -> list[str]:
+def header(machine: MachineFacts, servers: Mapping[ModelRole, Server]) -> list[str]:
     return [
         f"command: {machine.command}",
         f"machine: {machine.cpus} CPUs, {machine.cpu}, Python {machine.python}; repo "
@@ -90,15 +87,11 @@ def header(
             else ""
         )
         + f"; load {machine.load_at_start} at start, {machine.load_at_end} at end",
-        "machine speed: the reference workload took "
-        + " and ".join(f"{1000 * s:.1f} ms" for s in speed)
-        + " (start and end of the run; benchmarks/context_length/speed.py)",
+        f"machine speed: {machine.speed()}",
         "servers: "
         + ", ".join(
             f"{s.role} {s.model} @ {s.url} (API server pid {s.api_pid})" for s in servers.values()
         ),
-        "token path: "
-        + ("RelayConfig(prompt_path=...)" if TOKEN_PATH else "not in this core (tokens ran text)"),
     ]
 
 
@@ -112,7 +105,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> tuple[list[str], Measu
         with vllm_pair((ports[0], ports[1]), log_dir) as servers:
             python = os.path.relpath(sys.executable, REPO)
             machine = MachineFacts.now([python, "-m", "benchmarks", "context-length", *argv])
-            speed = [reference_seconds()]
             problems = source_text(args.problems)
 
             async def measure() -> Measured:
@@ -120,13 +112,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> tuple[list[str], Measu
                     return await runs.run(args.lengths, args.generations, problems)
 
             measured = asyncio.run(measure())
-            speed.append(reference_seconds())
             machine.finished()
-            lines = header(machine, servers, speed)
+            lines = header(machine, servers)
     if args.json:
         figures = {
             "machine": machine.model_dump(),
-            "reference_seconds": speed,
             "generations": [dataclasses.asdict(g) for g in measured.generations],
             "request_costs": [dataclasses.asdict(c) for c in measured.costs],
         }

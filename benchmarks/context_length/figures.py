@@ -1,6 +1,6 @@
 """What one generation measured, as the report and ``--json`` read it::
 
-    Generation(context=4096, prompt_tokens=4071, path="tokens", ran="tokens", wall=1.9,
+    Generation(context=4096, prompt_tokens=4071, path="tokens", wall=1.9,
                switches=4, api_cpu={"large": 0.21, "small": 0.12},
                requests={"large": 5, "small": 5}, request_bytes={"large": 9000, "small": 8000},
                routes={"/v1/completions": 8, "/tokenize": 2}, text_ok=True)
@@ -10,8 +10,7 @@ and what one request of each kind costs the large API server (:mod:`.probes`)::
     RequestCost(context=32768, kind="completion, prompt as ids", api_cpu=0.021)
 
 ``path`` is the column ("text", "tokens", or "alone": the large model writing the trace in one
-chat completion); ``ran`` the prompt path the relay really took ("text" for the tokens column
-on a core without the token path).
+chat completion).
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ class Generation:
     context: int  # the length asked
     prompt_tokens: int  # the rendered chat's tokens, measured
     path: str  # text | tokens | alone
-    ran: str  # the prompt path taken (the column's, or "text" where "tokens" does not exist)
     wall: float  # seconds
     switches: int
     api_cpu: dict[ModelRole, float]  # seconds of each API server's CPU (not its EngineCore's)

@@ -42,8 +42,6 @@ from .probes import request_costs
 from .servers import Server
 
 MAX_TOKENS = 1024  # the trace is ~130 canonical tokens; the regex lets the model spell it in more
-TOKEN_PATH = "prompt_path" in RelayConfig.model_fields
-"""Whether this core has the prompt-path setting (before it, every relay sends text)."""
 
 _STARTED = time.monotonic()
 
@@ -52,22 +50,16 @@ def log(message: str) -> None:
     print(f"[{time.monotonic() - _STARTED:6.0f}s] {message}", file=sys.stderr, flush=True)
 
 
-def ran(path: str) -> str:
-    """The prompt path a relay of `path` really takes on this core."""
-    return path if TOKEN_PATH else "text"
-
-
 def relay_config(servers: Mapping[ModelRole, Server], path: str) -> RelayConfig:
     def endpoint(role: ModelRole) -> EndpointConfig:
         return EndpointConfig(base_url=servers[role].url, model=servers[role].model)
 
-    chosen: dict[str, Any] = {"prompt_path": path} if TOKEN_PATH else {}
     return RelayConfig(
         large=endpoint("large"),
         small=endpoint("small"),
         cues=CUES,
         sampling=SamplingConfig(max_tokens=MAX_TOKENS),
-        **chosen,
+        prompt_path=path,
     )
 
 
@@ -157,7 +149,6 @@ class Runs:
             context=context,
             prompt_tokens=prompt_tokens,
             path=path,
-            ran=ALONE if path == ALONE else ran(path),
             wall=wall,
             switches=switches,
             api_cpu=cpu,

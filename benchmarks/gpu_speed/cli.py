@@ -15,7 +15,7 @@ from relay_integrations.jobs.progress import Progress
 from relay_integrations.testing.gpu_speed import LatencyModel
 from relay_integrations.upstream.config import ModelRole
 
-from .report import Level, keeps_up_to, level, plot, table
+from .report import Level, keeps_up_to, level, plot, requests_lines, table
 from .runs import Load, Run, Setup, large_alone_run, relay_run, serve_run
 from .traces import load_traces
 
@@ -62,6 +62,12 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         help="generations at each level, at least as many as run at once (default 8)",
     )
     parser.add_argument("--skip-serve", action="store_true", help="no relaygen serve runs")
+    parser.add_argument(
+        "--prompt-path",
+        choices=["auto", "tokens", "text"],
+        default="auto",
+        help="how the relay sends prompts (RelayConfig.prompt_path; default auto: token ids)",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--plot", type=Path, help="draw the speed-up here (PNG)")
     return parser.parse_args(argv)
@@ -103,6 +109,7 @@ def main(argv: Sequence[str]) -> int:
             models,
             args.step_overhead_ms,
             Path(logs),
+            args.prompt_path,
         )
         for concurrency in levels_asked:
             with_serve = not args.skip_serve and not (args.quick and concurrency >= 256)
@@ -116,6 +123,7 @@ def main(argv: Sequence[str]) -> int:
     facts.finished()
     print(table(levels))
     print(f"\n{keeps_up_to(levels)}")
+    print("\n".join(["", *requests_lines(levels), "", f"machine speed: {facts.speed()}"]))
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -124,6 +132,7 @@ def main(argv: Sequence[str]) -> int:
                     "traces": str(args.traces),
                     "figures": str(args.figures),
                     "models": models,
+                    "prompt_path": args.prompt_path,
                     "levels": [x.model_dump() for x in levels],
                     "runs": runs,
                 },

@@ -47,12 +47,15 @@ class Level(BaseModel):
     serve_lag_p99_ms: float | None  # a bucket bound of the server's histogram
     relay_tokens_per_s: float
     upstream_lag_p99_ms: float  # the worst engine of the relay run: did the upstreams keep up?
+    requests: dict[str, float] = {}  # a relay generation's requests by route, both upstreams
+    start_requests: float = 0.0  # a relay generation's requests up to its first completion's
 
 
 def level(
     latencies: Mapping[ModelRole, LatencyModel], relay: Run, large: Run, serve: Run | None
 ) -> Level:
     load = relay.load
+    sent, start = requests_of(relay)
     ideal = ideal_walls(latencies, relay.turns, load.concurrency)
     large_ideal = ideal_walls(latencies, large.turns, load.concurrency)
     written = [sum(t.tokens for t in turns) for turns in relay.turns]
@@ -85,7 +88,35 @@ def level(
         else None,
         relay_tokens_per_s=relay.tokens / relay.seconds,
         upstream_lag_p99_ms=max(e["lag_ms"]["p99"] for e in relay.upstreams.values()),
+        requests=sent,
+        start_requests=start,
     )
+
+
+def requests_of(relay: Run) -> tuple[dict[str, float], float]:
+    """A relay generation's requests by route (both upstreams, the untimed first generation
+    counted too), and those it sends up to its first completion: each chat rendered (and, on
+    the text path, detokenized), then the large model's first completion."""
+    generations = relay.load.generations + 1
+    routes: dict[str, float] = {}
+    renders = 0
+    for engine in relay.upstreams.values():
+        renders += engine.get("renders", 0)
+        for route, count in engine.get("requests", {}).items():
+            routes[route] = routes.get(route, 0) + count / generations
+    start = renders / generations + routes.get("/detokenize", 0.0) + 1
+    return dict(sorted(routes.items())), start
+
+
+def requests_lines(levels: Sequence[Level]) -> list[str]:
+    """A line per level: the requests a generation sends, and how many before its first
+    token (the start burst when every generation starts at once)."""
+    return [
+        f"{x.concurrency} at once: a generation sends "
+        + ", ".join(f"{route} {count:.2f}" for route, count in x.requests.items())
+        + f"; {x.start_requests:.2f} up to its first completion"
+        for x in levels
+    ]
 
 
 def _cell(value: float | None, form: str) -> str:

@@ -32,6 +32,7 @@ from benchmarks.server_load.processes import free_port, start_server, wait_healt
 from benchmarks.upstream import stop as stop_process
 from relay_integrations.relay import (
     EndpointConfig,
+    PromptPath,
     RelayConfig,
     RelayResult,
     RelaySwitcher,
@@ -89,6 +90,7 @@ class Setup:
     models: dict[ModelRole, str]  # role -> the figures' model
     step_overhead_ms: float
     logs: Path
+    prompt_path: PromptPath = "auto"  # RelayConfig.prompt_path of the relay's runs
 
     def spec(self, role: ModelRole) -> upstream.UpstreamSpec:
         return upstream.UpstreamSpec(
@@ -136,7 +138,9 @@ def upstreams(setup: Setup, roles: Sequence[ModelRole]) -> Iterator[dict[str, An
                 reports[role] = upstream.stop(proc)
 
 
-def relay_config(urls: dict[str, str], concurrency: int) -> RelayConfig:
+def relay_config(
+    urls: dict[str, str], concurrency: int, prompt_path: PromptPath = "auto"
+) -> RelayConfig:
     """The relay over the two upstreams, with room for every generation's requests (two
     a generation at a hand-off opened ahead)."""
     limit = max(64, 2 * concurrency)
@@ -146,6 +150,7 @@ def relay_config(urls: dict[str, str], concurrency: int) -> RelayConfig:
         cues=CUES,
         allow_model_mismatch=True,  # the cues' pair, stood in for by the scripted models
         sampling=SamplingConfig(max_tokens=BUDGET),
+        prompt_path=prompt_path,
     )
 
 
@@ -173,7 +178,9 @@ async def _timed(
 async def relay_run(setup: Setup, load: Load) -> Run:
     """The relay's generations in this process, after one untimed warm-up."""
     with upstreams(setup, ["large", "small"]) as up:
-        async with RelaySwitcher(relay_config(up["urls"], load.concurrency)) as relay:
+        async with RelaySwitcher(
+            relay_config(up["urls"], load.concurrency, setup.prompt_path)
+        ) as relay:
             await relay.generate(setup.traces.messages(load.generations))  # connections
 
             async def one(generation: int) -> RelayResult:
@@ -234,7 +241,11 @@ async def serve_run(setup: Setup, load: Load) -> Run:
         port = free_port()
         command = serve_command(up["urls"], port, load.concurrency)
         limit = str(max(64, 2 * load.concurrency))
-        env = {"RELAY_LARGE__MAX_CONCURRENCY": limit, "RELAY_SMALL__MAX_CONCURRENCY": limit}
+        env = {
+            "RELAY_LARGE__MAX_CONCURRENCY": limit,
+            "RELAY_SMALL__MAX_CONCURRENCY": limit,
+            "RELAY_PROMPT_PATH": setup.prompt_path,
+        }
         with (setup.logs / "serve.log").open("ab") as log:
             server = start_server(command, env, log)
             url = f"http://127.0.0.1:{port}"

@@ -4,11 +4,13 @@ The scripted vLLM serving one model (``--name``) with the measured step times of
 ``--model`` in ``--figures`` (:class:`~relay_integrations.testing.gpu_speed.LatencyModel`),
 writing the traces of ``--traces``. It prints its base URL once it listens, and when
 terminated, one JSON line: its engine's steps and how late they ran (``lag_ms``), which says
-whether this process kept up with the model it stands for::
+whether this process kept up with the model it stands for, the requests it answered by route
+and the chats it rendered (``/tokenize`` of messages)::
 
     proc, url = start(UpstreamSpec(...), log)
     ...
-    engine = stop(proc)   # {"steps": 1234, "lag_ms": {"p50": 0.1, "p99": 2.3, "max": 9.0}}
+    engine = stop(proc)   # {"steps": 1234, "lag_ms": {"p50": 0.1, "p99": 2.3, "max": 9.0},
+                          #  "requests": {"/tokenize": 8, "/v1/completions": 24}, "renders": 8}
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -56,8 +59,11 @@ class UpstreamSpec:
         ]
 
 
-def engine_report(engine: Engine | None) -> dict[str, Any]:
-    """The engine's steps and lag (ms) as the JSON line printed at exit."""
+def engine_report(
+    engine: Engine | None, requests: Mapping[str, int], renders: int
+) -> dict[str, Any]:
+    """The engine's steps and lag (ms), the requests by route and the chats rendered, as the
+    JSON line printed at exit."""
     lag = [x * 1e3 for x in engine.lag] if engine else []
     return {
         "steps": engine.steps if engine else 0,
@@ -66,6 +72,8 @@ def engine_report(engine: Engine | None) -> dict[str, Any]:
             "p99": round(percentile(lag, 0.99), 3) if lag else 0.0,
             "max": round(max(lag), 3) if lag else 0.0,
         },
+        "requests": dict(requests),
+        "renders": renders,
     }
 
 
@@ -86,7 +94,8 @@ def serve(spec: UpstreamSpec) -> None:
         async with ScriptedVLLM(model) as server:
             print(server.base_url, flush=True)
             await stopping.wait()
-            print(json.dumps(engine_report(server.engines.get(spec.name))), flush=True)
+            report = engine_report(server.engines.get(spec.name), server.routes, model.renders)
+            print(json.dumps(report), flush=True)
 
     asyncio.run(run())
 
@@ -101,7 +110,7 @@ def stop(proc: subprocess.Popen[bytes]) -> dict[str, Any]:
     stop_process(proc)
     assert proc.stdout is not None
     lines = proc.stdout.read().decode().strip().splitlines()
-    return dict(json.loads(lines[-1])) if lines else engine_report(None)
+    return dict(json.loads(lines[-1])) if lines else engine_report(None, {}, 0)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,7 +25,7 @@ from ..upstream.rendering import (
     ServerChatTemplate,
 )
 from .artifact import CueArtifact, ModelIdentity, ModelPair, builtin_artifact_names, load_artifact
-from .config import ReasoningMarkers, RelayConfig, SwitchPolicy
+from .config import PromptPath, ReasoningMarkers, RelayConfig, SwitchPolicy
 from .cues import CueMatch, CueSet
 from .errors import ContextOverflowError, CueArtifactError, DeadlineExceeded, EndpointError
 from .reasoning import PromptReasoning, split_reasoning
@@ -62,6 +62,7 @@ __all__ = [
     "ModelPair",
     "ModelRole",
     "ModelUsage",
+    "PromptPath",
     "PromptReasoning",
     "PromptRenderer",
     "ReasoningMarkers",

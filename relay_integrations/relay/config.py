@@ -30,6 +30,8 @@ from ..upstream.config import MODEL_ROLES, EndpointConfig, Frozen, ModelRole, Sa
 from ..upstream.headers import check_header_name
 
 Phase = Literal["reasoning", "answer"]
+PromptPath = Literal["auto", "tokens", "text"]
+"""How a relay sends its prompts (:attr:`RelayConfig.prompt_path`)."""
 
 RequestHook = Callable[[ModelRole, Phase, str], Mapping[str, Any]]
 """Extra request fields per request, from (model, phase, transcript so far); e.g. the
@@ -173,7 +175,7 @@ class RelayConfig(Frozen):
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     policy: SwitchPolicy = Field(default_factory=SwitchPolicy)
     markers: ReasoningMarkers = Field(default_factory=ReasoningMarkers)
-    prompt_path: Literal["auto", "tokens", "text"] = Field(
+    prompt_path: PromptPath = Field(
         default="auto",
         description="How prompts are sent: 'tokens' (each model's own token ids, and only "
         "text no id stands for yet: the servers tokenize no context twice), 'text' (the "

@@ -164,7 +164,7 @@ class _Probed:
     role: ModelRole
     rendered: RenderedPrompt | RelayError
     items: Mapping[CheckName, CheckItem]
-    token_ids: RenderedIds | str | None = None
+    token_ids: RenderedIds | _TokenTrouble | None = None
     """On the token path: the chat's ids, when a prompt of them was continued with the ids
     of what was written; else what went wrong."""
 
@@ -212,9 +212,17 @@ async def _probe(relay: RelaySwitcher, role: ModelRole, probe_id: str) -> _Probe
     return _Probed(role, rendered, items, token_ids)
 
 
+@dataclass(frozen=True)
+class _TokenTrouble:
+    """What went wrong with a prompt of token ids; `breaks`: a generation would fail."""
+
+    found: str
+    breaks: bool
+
+
 async def _token_prompt(
     endpoint: Endpoint, renderer: PromptRenderer, headers: Mapping[str, str]
-) -> RenderedIds | str:
+) -> RenderedIds | _TokenTrouble:
     """The conversation's ids, continued by two tokens from a prompt of them; or what went
     wrong (a refused prompt of ids, pieces without the ids they wrote)."""
     assert isinstance(renderer, TokenRenderer)
@@ -225,11 +233,12 @@ async def _token_prompt(
             written = [piece async for piece in pieces if piece.text]
     except RelayError as failed:
         detail = failed.detail if isinstance(failed, UpstreamFailure) else str(failed)
-        return f"a prompt of token ids failed: {detail}"
+        return _TokenTrouble(f"a prompt of token ids failed: {detail}", breaks=True)
     if any(piece.token_ids is None for piece in written):
-        return (
+        return _TokenTrouble(
             "its pieces do not carry the ids they wrote (return_token_ids): the model's own "
-            "text is tokenized again with its next request"
+            "text is tokenized again with its next request",
+            breaks=False,
         )
     return rendered
 
@@ -440,14 +449,19 @@ def _prompt_path(relay: RelaySwitcher, found: Mapping[ModelRole, _Probed]) -> Ch
         return CheckItem(check="prompt_path", status="warning", found=found_text, fix=fix)
     if len(found) < len(MODEL_ROLES):
         return _not_checked("prompt_path", None, "a server did not answer")
-    wrong = {r: p.token_ids for r, p in found.items() if not isinstance(p.token_ids, RenderedIds)}
+    wrong = {
+        role: probed.token_ids
+        for role, probed in found.items()
+        if isinstance(probed.token_ids, _TokenTrouble)
+    }
     if wrong:
-        said = "; ".join(f"{role}: {why}" for role, why in wrong.items())
-        fix = (
-            "serve both models with a vLLM that returns token ids (0.32 does), or set "
-            "prompt_path='text'"
-        )
-        return _problem("prompt_path", None, f"token ids do not work ({said})", fix)
+        said = "; ".join(f"{role}: {trouble.found}" for role, trouble in wrong.items())
+        fix = "serve both models with a vLLM that takes and returns token ids (0.32 does)"
+        if any(trouble.breaks for trouble in wrong.values()):
+            fix += ", or set prompt_path='text'"
+            return _problem("prompt_path", None, f"token ids do not work ({said})", fix)
+        found_text = f"token ids, with the text tokenized again ({said})"
+        return CheckItem(check="prompt_path", status="warning", found=found_text, fix=fix)
     large, small = (found[role].token_ids for role in MODEL_ROLES)
     found_text = "token ids: each request sends ids the server has seen, and a short text"
     if large == small:

@@ -57,7 +57,8 @@ import asyncio
 import json
 import socket
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,7 +103,8 @@ class ScriptedModel:
     ``/tokenize`` renders its chats (messages, thinking, tools; Qwen3's by default).
     ``reports_cached_tokens``: usage carries ``prompt_tokens_details`` (vLLM's
     ``--enable-prompt-tokens-details``); ``prefix_caching`` off: nothing is ever cached
-    (``--no-enable-prefix-caching``). ``faults``: what the next
+    (``--no-enable-prefix-caching``). ``returns_token_ids`` off: ``return_token_ids`` is
+    ignored, as a vLLM without that field ignores it. ``faults``: what the next
     requests get instead (:class:`Fault`). ``requests``, ``headers``: every request's body and
     headers, for tests to read; ``memory`` keeps only the last that many of them (None: all),
     so that a long benchmark run does not grow. Cached tokens are counted as vLLM's prefix
@@ -120,6 +122,7 @@ class ScriptedModel:
     )
     reports_cached_tokens: bool = True
     prefix_caching: bool = True
+    returns_token_ids: bool = True
     respond: Callable[[str, dict[str, Any]], str] | None = None
     memory: int | None = None
     faults: list[Fault] = field(default_factory=list)
@@ -190,12 +193,18 @@ class ScriptedVLLM:
     def __init__(self, *models: ScriptedModel, api_key: str | None = None, port: int = 0) -> None:
         self.models = {m.name: m for m in models}
         self.api_key = api_key
+        self.routes: Counter[str] = Counter()
+        """Requests answered, by path (``/tokenize``: 12, ...)."""
+        handlers = {
+            "/v1/models": (self._models, ["GET"]),
+            "/tokenize": (self._tokenize, ["POST"]),
+            "/detokenize": (self._detokenize, ["POST"]),
+            "/v1/completions": (self._completions, ["POST"]),
+        }
         app = Starlette(
             routes=[
-                Route("/v1/models", self._models),
-                Route("/tokenize", self._tokenize, methods=["POST"]),
-                Route("/detokenize", self._detokenize, methods=["POST"]),
-                Route("/v1/completions", self._completions, methods=["POST"]),
+                Route(path, self._counted(path, handler), methods=methods)
+                for path, (handler, methods) in handlers.items()
             ]
         )
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY
@@ -224,6 +233,15 @@ class ScriptedVLLM:
             await self._task
         for engine in self.engines.values():
             await engine.aclose()
+
+    def _counted(
+        self, path: str, handler: Callable[[Request], Awaitable[Response]]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def counted(request: Request) -> Response:
+            self.routes[path] += 1
+            return await handler(request)
+
+        return counted
 
     def _engine_request(self, model: ScriptedModel, uncached: int) -> EngineRequest | None:
         """The request's place in its model's engine (None without a latency model)."""
@@ -381,7 +399,7 @@ class ScriptedVLLM:
             outcome = _Outcome()
             continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
 
-            with_ids = bool(body.get("return_token_ids"))
+            with_ids = bool(body.get("return_token_ids")) and model.returns_token_ids
 
             def chunk(text: str) -> str:
                 """A chunk of `text`, and the ids of the tokens written since the last one

@@ -11,13 +11,17 @@ import pytest
 
 from relay_integrations.cli import main
 from relay_integrations.relay import (
+    CheckItem,
     EndpointConfig,
+    JinjaChatTemplate,
+    PromptRenderer,
     RelayConfig,
     ServerReport,
     check_servers,
     check_servers_sync,
 )
 from relay_integrations.relay.artifact import CueArtifact, ModelIdentity, ModelPair, save_artifact
+from relay_integrations.testing.qwen3_template import render_chat
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM, serving
 
 TRACE = "<think>\nLet me see. Therefore, it is 4.\n</think>\n\nIt is 4."
@@ -74,7 +78,9 @@ def test_a_tuned_pair_is_all_ok_and_printed_as_a_checklist(
         "small continuation": "ok",
         "large prefix caching": "ok",
         "small prefix caching": "ok",
+        "prompt path": "ok",
     }
+    assert "(one tokenizer)" in report.item("prompt_path").found
     assert "takes all 13 stop strings of a large turn" in report.item("stop_strings", "large").found
     caching = report.item("prefix_caching", "small").found
     assert "came from the prefix cache the second time" in caching
@@ -106,6 +112,7 @@ def test_an_unreachable_server_is_a_problem_and_its_other_items_unknown(
         "chat templates",
         "small continuation",
         "small prefix caching",
+        "prompt path",
     }
     assert report.item("continuation", "small").found == (
         "not checked: the small server did not answer"
@@ -323,3 +330,68 @@ async def test_a_template_that_fails_is_a_problem_and_an_empty_continuation_a_wa
         "wrote nothing after 'Counting from one to ten: one, two, three, four,' (finish reason "
         "stop)"
     )
+
+
+# -- the prompt path --------------------------------------------------------------------------
+
+
+def other_template(
+    messages: list[dict[str, Any]], thinking: bool, tools: list[dict[str, Any]] | None
+) -> str:
+    """A small model of another family: its chat renders to other ids."""
+    return "<|system|>small\n" + render_chat(messages, thinking, tools)
+
+
+def relay_config(url: str, **fields: Any) -> RelayConfig:
+    return RelayConfig(
+        large=EndpointConfig(base_url=url, model="large", max_retries=0),
+        small=EndpointConfig(base_url=url, model="small", max_retries=0),
+        cues=["Therefore,"],
+        **fields,
+    )
+
+
+async def prompt_path_of(
+    vllm: ScriptedVLLM, renderer: PromptRenderer | None = None, **fields: Any
+) -> CheckItem:
+    report = await check_servers(relay_config(vllm.base_url, **fields), renderer=renderer)
+    return report.item("prompt_path")
+
+
+async def test_two_tokenizers_take_token_ids_each_on_its_own_server() -> None:
+    small = ScriptedModel("small", TRACE, chat_template=other_template)
+    async with pair(small=small) as vllm:
+        item = await prompt_path_of(vllm)
+    assert item.status == "ok"
+    assert "(two tokenizers): each hand-off tokenizes the other model's new text" in item.found
+
+
+async def test_prompts_as_text_are_ok_when_configured_and_a_warning_from_a_text_renderer() -> None:
+    async with pair() as vllm:
+        configured = await prompt_path_of(vllm, prompt_path="text")
+        jinja = await prompt_path_of(vllm, renderer=JinjaChatTemplate("{{ messages[0].content }}"))
+    assert (configured.status, configured.found) == ("ok", "text, as configured (prompt_path)")
+    assert jinja.status == "warning"
+    assert jinja.found.startswith("text: the renderer (JinjaChatTemplate) renders text")
+    assert "keep the default renderer" in (jinja.fix or "")
+
+
+async def test_a_server_that_returns_no_token_ids_is_a_warning() -> None:
+    """The relay still works there: what each model wrote is tokenized again."""
+    async with pair(small=ScriptedModel("small", TRACE, returns_token_ids=False)) as vllm:
+        item = await prompt_path_of(vllm)
+    assert item.status == "warning"
+    assert "small: its pieces do not carry the ids they wrote (return_token_ids)" in item.found
+
+
+async def test_a_server_that_refuses_a_prompt_of_ids_is_a_problem() -> None:
+    async with pair() as vllm:  # where the check's prompt of ids comes among its requests
+        await prompt_path_of(vllm)
+        before = next(i for i, b in enumerate(vllm.models["large"].requests) if "prompt_ids" in b)
+    refusing = ScriptedModel("large", TRACE, faults=[Fault()] * before + [Fault(status=400)])
+    async with pair(large=refusing) as vllm:
+        report = await check_servers(relay_config(vllm.base_url))
+    item = report.item("prompt_path")
+    assert item.status == "problem" and report.breaks_relay
+    assert item.found.startswith("token ids do not work (large: a prompt of token ids failed:")
+    assert (item.fix or "").endswith("or set prompt_path='text'")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from relay_integrations.relay import RelayDone, RelaySwitcher
+from relay_integrations.relay import JinjaChatTemplate, RelayDone, RelaySwitcher
 from relay_integrations.relay.config import RelayConfig
 from relay_integrations.testing.qwen3_template import render_chat
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
@@ -110,3 +110,18 @@ async def test_two_tokenizers_tokenize_each_hand_off_once() -> None:
         " Then we go on. Now",
         " It is right.\n</think>",
     ]
+
+
+@pytest.mark.parametrize("path", ["auto", "tokens", "text"])
+async def test_a_text_renderer_takes_the_text_path_and_refuses_tokens(path: str) -> None:
+    async with ScriptedVLLM(ScriptedModel("large", TRACE), ScriptedModel("small", TRACE)) as up:
+        config = RelayConfig.model_validate({**make_config(up).model_dump(), "prompt_path": path})
+        renderer = JinjaChatTemplate("{{ messages[0].content }}")
+        if path == "tokens":
+            with pytest.raises(ValueError, match=r"JinjaChatTemplate renders text\. Use"):
+                RelaySwitcher(config, renderer=renderer)
+            return
+        async with RelaySwitcher(config, renderer=renderer) as relay:
+            assert relay.prompt_path == "text"
+            result = await relay.generate(MESSAGES)
+    assert result.text and not any("prompt_ids" in body for body in up.models["large"].requests)

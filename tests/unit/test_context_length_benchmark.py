@@ -15,7 +15,7 @@ from benchmarks import __main__ as benchmarks_main
 from benchmarks.context_length import cli
 from benchmarks.context_length.figures import Generation, Measured, RequestCost
 from benchmarks.context_length.report import cells, report, targets
-from benchmarks.context_length.speed import reference_seconds
+from benchmarks.machine import MachineFacts, reference_seconds
 from relay_integrations.relay import ModelRole
 
 # API CPU a generation (large, small) in seconds, over 4 switches
@@ -29,14 +29,13 @@ CPU = {
 }
 
 
-def generation(context: int, path: str, run: int, ran: str | None = None) -> Generation:
+def generation(context: int, path: str, run: int) -> Generation:
     large, small = CPU[(context, path)]
     alone = path == "alone"
     return Generation(
         context=context,
         prompt_tokens=context - 3,
         path=path,
-        ran=ran or path,
         wall=(2.0 if alone else 3.0) + run,  # runs 0, 1, 2: the median is run 1's
         switches=0 if alone else 4,
         api_cpu={"large": large + 0.04 * (run - 1), "small": small},
@@ -46,9 +45,9 @@ def generation(context: int, path: str, run: int, ran: str | None = None) -> Gen
     )
 
 
-def fabricated(ran: str | None = None) -> list[Generation]:
+def fabricated() -> list[Generation]:
     return [
-        generation(context, path, run, ran if path == "tokens" else None)
+        generation(context, path, run)
         for context in (1024, 32768)
         for run in range(3)
         for path in ("text", "tokens", "alone")
@@ -94,10 +93,7 @@ def test_the_report_gives_figures_ratios_targets_and_request_costs() -> None:
     ]
 
 
-def test_a_missed_target_and_a_core_without_the_token_path_are_said() -> None:
-    lines = report(Measured(fabricated(ran="text")))
-    assert "| 1024 (1021) | tokens (ran text) |" in "\n".join(lines)
-    assert "(this core has no token path: the tokens column ran the text path)" in lines
+def test_a_missed_target_is_said() -> None:
     assert targets(cells(fabricated()[:3])) == ["targets: need two context lengths with both paths"]
     as_text: dict[ModelRole, float] = {
         "large": 0.8,
@@ -137,5 +133,27 @@ def test_the_options() -> None:
     full = cli.parse([])
     assert full.lengths == [1024, 4096, 16384, 32768] and full.generations == 3
     assert cli.parse(["--quick", "--generations", "2"]).generations == 2
-    assert reference_seconds(runs=1) > 0
     assert cli.parse(["--lengths", "2k"]).lengths == [2048]
+
+
+def test_the_machines_speed_is_said_from_the_reference_workload() -> None:
+    assert 0 < reference_seconds(runs=1) < 10
+    facts = MachineFacts(
+        command="python -m benchmarks context-length",
+        commit="abc1234",
+        library_uncommitted=[],
+        cpus=2,
+        cpus_usable=2,
+        cpu="a CPU",
+        python="3.11",
+        platform="Linux",
+        versions={},
+        load_at_start=[1.0, 1.0, 1.0],
+        reference_ms=[29.74],
+    )
+    assert facts.speed().endswith("took 29.7 ms at the start")
+    facts.reference_ms.append(31.25)
+    assert facts.speed() == (
+        "the reference workload (benchmarks/machine.py) took 29.7 ms at the start and "
+        "31.2 ms at the end"
+    )
