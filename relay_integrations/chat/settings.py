@@ -64,7 +64,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from ..relay.config import RelayConfig, RelayEnvironment, RequestHook, SwitchPolicy
+from ..relay.config import PromptPath, RelayConfig, RelayEnvironment, RequestHook, SwitchPolicy
 from ..relay.cues import CueSet
 from ..upstream.config import (
     MODEL_ROLES,
@@ -118,7 +118,7 @@ _ROLE_FIELDS = {
     "small_url": ("small", "base_url"),
     "small_model": ("small", "model"),
 }
-_TOP_FIELDS = ("cues", "allow_model_mismatch", "policy")
+_TOP_FIELDS = ("cues", "allow_model_mismatch", "policy", "prompt_path")
 _ENDPOINT_FIELD_OF = {
     **_SHARED_ENDPOINT_FIELDS,
     **{name: key for name, (_, key) in _ROLE_FIELDS.items()},
@@ -209,6 +209,7 @@ class RelaySettings(BaseModel):
     )
     allow_model_mismatch: bool = _same_as(RelayConfig, "allow_model_mismatch")
     policy: SwitchPolicy = Field(default_factory=SwitchPolicy)
+    prompt_path: PromptPath = _same_as(RelayConfig, "prompt_path")
     temperature: Temperature = _default(SamplingConfig, "temperature")
     top_p: TopP = _default(SamplingConfig, "top_p")
     top_k: TopK | None = _default(SamplingConfig, "top_k")

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from relay_integrations.langchain import RelayChatModel
+from relay_integrations.llama_index import RelayLLM
 from relay_integrations.relay import JinjaChatTemplate, RelayDone, RelaySwitcher
 from relay_integrations.relay.config import RelayConfig
 from relay_integrations.testing.qwen3_template import render_chat
@@ -125,3 +127,20 @@ async def test_a_text_renderer_takes_the_text_path_and_refuses_tokens(path: str)
             assert relay.prompt_path == "text"
             result = await relay.generate(MESSAGES)
     assert result.text and not any("prompt_ids" in body for body in up.models["large"].requests)
+
+
+@pytest.mark.parametrize("adapter", [RelayChatModel, RelayLLM])
+@pytest.mark.parametrize("path", ["auto", "text"])
+async def test_the_adapters_send_prompts_as_their_prompt_path_says(
+    adapter: type[RelayChatModel] | type[RelayLLM], path: str
+) -> None:
+    async with ScriptedVLLM(ScriptedModel("large", TRACE), ScriptedModel("small", TRACE)) as up:
+        fields = {"large_model": "large", "small_model": "small", "cues": ["Therefore,"]}
+        model = adapter(large_url=up.base_url, small_url=up.base_url, prompt_path=path, **fields)
+        if isinstance(model, RelayChatModel):
+            await model.ainvoke("What is 2 + 2?")
+        else:
+            await model.acomplete("What is 2 + 2?")
+        await model.aclose()
+    sent = [*up.models["large"].requests, *up.models["small"].requests]
+    assert sent and all(("prompt_ids" in body) == (path == "auto") for body in sent)

@@ -36,6 +36,7 @@ from relay_integrations.relay import SwitchPolicy
 from relay_integrations.relay.config import Phase
 from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.testing import forcing
+from relay_integrations.testing.forcing import regex_literal
 from relay_integrations.upstream.config import ModelRole
 from tests.fakes.relay_http import ServedRelay, relay_http
 
@@ -477,35 +478,73 @@ def _reasoning_then_words(role: ModelRole, phase: Phase, transcript: str) -> Map
     return forcing(f"<think>\n{REASONING}\n</think>", answer=False)(role, phase, transcript)
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
-@pytest.mark.parametrize("messages", QUESTIONS, ids=["user", "system", "history"])
-def test_after_switches_the_answer_is_the_one_the_model_writes_after_that_reasoning(
-    targets: Targets, messages: list[dict[str, Any]], stream: bool
-) -> None:
-    """The relay's answer after a reasoning in which the models switched three times is the
-    answer the model writes after the same reasoning in one request (the chat as vLLM renders
-    it, then the reasoning, as one prompt): the hand-offs between requests (each a new
-    prompt, as text) cost no token. (Not the chat endpoint with ``continue_final_message``:
-    transformers strips the final message there, so its prompt would end without the blank
-    line after ``</think>``.)"""
-    target = targets.tuned
-    chat_prompt = httpx.post(
-        f"{target.url.removesuffix('/v1')}/tokenize",
-        json={"model": target.small, "messages": messages, "add_generation_prompt": True},
-    ).json()["tokens"]
-    rendered = httpx.post(
-        f"{target.url.removesuffix('/v1')}/detokenize",
-        json={"model": target.small, "tokens": chat_prompt},
-    ).json()["prompt"]
+def _single_request(
+    target: Target, messages: list[dict[str, Any]], path: str
+) -> tuple[str, str | None]:
+    """The model's own answer after the reasoning, and its finish reason, from the chat as
+    vLLM renders it followed by the reasoning: on the text path the reasoning given as text
+    (the server tokenizes it); on the token path as the very tokens the model chose for it
+    (forced text may come in any spelling: ``e.g`` as ``e``, ``.g``), written in one request,
+    up to the token that ends ``</think>``. Where that token holds more (``>\n\n``), the
+    relay's reasoning ends inside it, at the stop string, and the rest is the answer's: the
+    text up to ``</think>``'s end is then tokenized alone, as the relay sends it."""
+    root = target.url.removesuffix("/v1")
+    with httpx.Client(base_url=root, timeout=60) as server:
+
+        def ids_of(body: dict[str, Any]) -> list[int]:
+            return list(
+                server.post("/tokenize", json={"model": target.small, **body}).json()["tokens"]
+            )
+
+        def text_of(ids: list[int]) -> str:
+            body = {"model": target.small, "tokens": ids}
+            return str(server.post("/detokenize", json=body).json()["prompt"])
+
+        chat = ids_of({"messages": messages, "add_generation_prompt": True})
+        reasoning = f"<think>\n{REASONING}\n</think>"
+        if path == "text":
+            prompt: Any = text_of(chat) + reasoning
+        else:
+            written = server.post(
+                "/v1/completions",
+                json={
+                    "model": target.small,
+                    "prompt": chat,
+                    "temperature": 0,
+                    "max_tokens": 200,
+                    "return_token_ids": True,
+                    "structured_outputs": {"regex": regex_literal(reasoning)},
+                },
+            ).json()["choices"][0]["token_ids"]
+            ending = next(k for k in range(len(written)) if reasoning in text_of(written[: k + 1]))
+            whole = written[:ending]  # the tokens before the one that ends the reasoning
+            rest = reasoning[len(text_of(whole)) :]
+            prompt = chat + whole + ids_of({"prompt": rest, "add_special_tokens": False})
     with openai.OpenAI(base_url=target.url, api_key="unused", max_retries=0) as vllm:
-        reference = vllm.completions.create(
+        answer = vllm.completions.create(
             model=target.small,
-            prompt=f"{rendered}<think>\n{REASONING}\n</think>",
+            prompt=prompt,
             temperature=0,
             max_tokens=200,
             extra_body={"structured_outputs": {"regex": AFTER_REASONING}},
-        )
-    expected = reference.choices[0].text.lstrip()  # the relay's answer starts at its first word
+        ).choices[0]
+    return answer.text.lstrip(), answer.finish_reason  # the relay's answer: from its first word
+
+
+@pytest.mark.parametrize("path", ["tokens", "text"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("messages", QUESTIONS, ids=["user", "system", "history"])
+def test_after_switches_the_answer_is_the_one_the_model_writes_after_that_reasoning(
+    targets: Targets, messages: list[dict[str, Any]], stream: bool, path: str
+) -> None:
+    """The relay's answer after a reasoning in which the models switched three times is the
+    answer the model writes after the same reasoning in one request (the chat as vLLM renders
+    it, then the reasoning; see :func:`_single_request`): the hand-offs between requests cost
+    no token. (Not the chat endpoint with ``continue_final_message``: transformers strips the
+    final message there, so its prompt would end without the blank line after
+    ``</think>``.)"""
+    target = targets.tuned
+    expected, finish_reason = _single_request(target, messages, path)
     relay = RelayChatModel(
         large_url=target.url,
         large_model=target.large,
@@ -519,6 +558,7 @@ def test_after_switches_the_answer_is_the_one_the_model_writes_after_that_reason
         max_tokens=600,
         request_hook=_reasoning_then_words,
         max_retries=0,
+        prompt_path=path,
     )
     with relay:
         chat = convert_to_messages(messages)
@@ -530,4 +570,4 @@ def test_after_switches_the_answer_is_the_one_the_model_writes_after_that_reason
     assert summary["switches"] == 3, summary
     assert message.additional_kwargs["reasoning_content"] == REASONING
     assert message.content == expected
-    assert message.response_metadata["finish_reason"] == reference.choices[0].finish_reason
+    assert message.response_metadata["finish_reason"] == finish_reason

@@ -340,9 +340,12 @@ async def test_later_generations_reuse_the_first_ones_connections(
 ) -> None:
     """Every request after the first keeps its kept-alive connection to vLLM: the streams are
     read to their end (past ``[DONE]``), or each of them would close its connection and the
-    next request open a new one (10 requests a generation here)."""
+    next request open a new one (10 requests a generation here). No request is opened ahead
+    of a hand-off: one the model's tokens do not confirm is closed unread, with its
+    connection, and which are depends on the tokens the model chose for the forced text."""
     ports = [int(server.url.rsplit(":", 1)[1].split("/")[0]) for server in (qwen_large, qwen_small)]
-    async with RelaySwitcher(qwen_config(qwen_large, qwen_small)) as relay:
+    config = qwen_config(qwen_large, qwen_small, speculative_handoff=False)
+    async with RelaySwitcher(config) as relay:
         _, first = await run(relay, QWEN_TRACE)
         after_first = [established(port) for port in ports]
         for _ in range(2):
@@ -747,14 +750,20 @@ async def test_session_header_on_every_upstream_request(
         first = await forced(relay, QWEN_TRACE).generate(QUESTION)
         second = await forced(relay, QWEN_TRACE).generate(QUESTION)
     completions = [r for r in proxy.requests if r.startswith(b"POST /v1/completions")]
-    assert len(completions) == 8  # 4 large segments per generation
     sessions = [
         line.split(b":", 1)[1].strip().decode()
         for r in completions
         for line in r.split(b"\r\n")
         if line.lower().startswith(b"x-session-id:")
     ]
-    assert sessions == [first.generation_id] * 4 + [second.generation_id] * 4
+    # 4 large segments a generation, and any request opened ahead of a hand-off the model's
+    # tokens did not confirm
+    assert len(sessions) == len(completions) >= 8
+    firsts = sessions.count(first.generation_id)
+    assert firsts >= 4 and len(sessions) - firsts >= 4
+    assert sessions == [first.generation_id] * firsts + [second.generation_id] * (
+        len(sessions) - firsts
+    )
 
 
 async def test_context_window_of_the_real_server_ends_with_length(
