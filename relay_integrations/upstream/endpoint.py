@@ -64,6 +64,10 @@ M = TypeVar("M", bound=BaseModel)
 logger = logging.getLogger(__name__)
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 MAX_RETRY_AFTER = 60.0
+KEPT_TEXT_CHARS = 32
+"""Texts up to this long have their ids kept by :meth:`Endpoint.tokenize_text`, the last
+:data:`KEPT_TEXTS` of them."""
+KEPT_TEXTS = 1024
 
 
 class StreamInterrupted(RelayError):
@@ -160,6 +164,7 @@ class Endpoint:
         )
         """Whether the server is known down (a circuit breaker: :mod:`.availability`)."""
         self._model_info: ModelInfo | None = None
+        self._tokenized: dict[str, tuple[int, ...]] = {}  # short texts' ids (tokenize_text)
         self.stop_limit: int | None = config.max_stop_strings
         """Stop strings the server takes per request: configured, or learned from its first
         refusal of a longer list; None while unknown (all are sent)."""
@@ -227,9 +232,19 @@ class Endpoint:
 
     async def tokenize_text(self, text: str) -> list[int]:
         """The ids of `text` alone in the served model's tokenizer (``POST /tokenize``, no
-        special tokens added): what a :class:`TokenPrompt`'s text is sent as."""
+        special tokens added): what a :class:`TokenPrompt`'s text is sent as. Short texts
+        are asked once (a text's ids alone do not change): a hand-off between two models of
+        one tokenizer sends the same few (the end of a cue, a sentence's full stop)."""
+        known = self._tokenized.get(text)
+        if known is not None:
+            return list(known)
         body = {"model": self.config.model, "prompt": text, "add_special_tokens": False}
-        return (await self.post_json("/tokenize", body, Tokenized)).tokens
+        ids = (await self.post_json("/tokenize", body, Tokenized)).tokens
+        if len(text) <= KEPT_TEXT_CHARS:
+            if len(self._tokenized) >= KEPT_TEXTS:
+                del self._tokenized[next(iter(self._tokenized))]  # the oldest
+            self._tokenized[text] = tuple(ids)
+        return ids
 
     async def _json(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
         async with self._slots:

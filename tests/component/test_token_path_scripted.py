@@ -14,7 +14,8 @@ from relay_integrations.llama_index import RelayLLM
 from relay_integrations.relay import JinjaChatTemplate, RelayDone, RelaySwitcher
 from relay_integrations.relay.config import RelayConfig
 from relay_integrations.testing.qwen3_template import render_chat
-from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
+from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM, token_id
+from relay_integrations.upstream.endpoint import KEPT_TEXT_CHARS
 from tests.fakes.relay_config import make_config
 
 TRACE = (
@@ -95,6 +96,24 @@ async def test_one_tokenizer_tokenizes_only_the_last_token_of_a_stop() -> None:
     tokenizer), besides the markers, once, for the prompt's reasoning mode."""
     _, _, models = await run("tokens", {})
     assert [m.texts_tokenized for m in models] == [["<think>", "</think>"], [",", ">"]]
+
+
+async def test_short_texts_are_tokenized_once_an_endpoint() -> None:
+    """A second generation of one tokenizer's pair asks for no ids: the ends of stops it
+    hands off at are those of the first. A text longer than KEPT_TEXT_CHARS (the other
+    model's sentence, with two tokenizers) is asked for each time."""
+    models = [ScriptedModel(name, TRACE) for name in ("large", "small")]
+    async with ScriptedVLLM(*models) as server, RelaySwitcher(make_config(server)) as relay:
+        first = await relay.generate(MESSAGES)
+        asked = [list(m.texts_tokenized) for m in models]
+        second = await relay.generate(MESSAGES)
+        assert second.text == first.text == TRACE
+        assert [m.texts_tokenized for m in models] == asked
+        endpoint, long = relay.endpoints["large"], "x" * (KEPT_TEXT_CHARS + 1)
+        assert await endpoint.tokenize_text(long) == await endpoint.tokenize_text(long)
+        for _ in range(2):
+            assert await endpoint.tokenize_text(",") == [token_id(",")]
+    assert models[0].texts_tokenized == [*asked[0], long, long, ","]
 
 
 async def test_two_tokenizers_tokenize_each_hand_off_once() -> None:
