@@ -81,7 +81,12 @@ class TokenTrack:
         if ids is None:  # a server that returns no ids: the text is tokenized next time
             self.ended(at_stop_string=False)
             return
-        self._extend(ids, len(text))
+        if ids:  # _extend, inline: this runs for every token
+            self._ids += ids
+            self._snapshot = None
+        if text:
+            self.covered += len(text)
+            self._marks.append((self.covered, len(self._ids)))
 
     def ended(self, at_stop_string: bool) -> None:
         """The followed request ended (or broke: `at_stop_string` then too, its last piece

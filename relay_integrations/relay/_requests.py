@@ -63,6 +63,8 @@ class TurnRequests:
             sampling=self._sampling_of(role),
             extra_body=body,
             headers={self.config.session_header: self.generation_id},
+            # the answer is the last turn: no later request continues from its ids
+            return_token_ids=run.phase == "reasoning",
         )
 
     def _sampling_of(self, role: ModelRole) -> Mapping[str, Any]:
@@ -80,6 +82,7 @@ class TurnRequests:
             max_tokens=1,
             extra_body=dict(self.extra_body),
             headers={self.config.session_header: self.generation_id},
+            return_token_ids=False,
         )
 
     def numbered(self, request: CompletionRequest) -> CompletionRequest:

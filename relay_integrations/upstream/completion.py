@@ -53,6 +53,9 @@ class CompletionRequest:
     headers: Mapping[str, str] = field(default_factory=dict)
     """Headers of this request only, checked as an endpoint's ``extra_headers`` are: one the
     relay will not send is an ``InvalidHeaderError`` naming it, before anything is sent."""
+    return_token_ids: bool = True
+    """With a :class:`TokenPrompt`: the pieces carry the ids they write (off where no later
+    request will need them: each costs the stream a little, every token)."""
 
     def __post_init__(self) -> None:
         check_headers("headers", self.headers)

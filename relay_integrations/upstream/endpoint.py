@@ -487,7 +487,7 @@ class Endpoint:
             # the stream gets no final usage chunk.
             "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         }
-        if not isinstance(prompt, str):
+        if not isinstance(prompt, str) and request.return_token_ids:
             body["return_token_ids"] = True  # each piece's ids: the model's own tokens kept
         if self._overflows(request):
             # the stream's own stops (StreamStops) need to see every stop the server writes,

@@ -163,3 +163,14 @@ async def test_the_adapters_send_prompts_as_their_prompt_path_says(
         await model.aclose()
     sent = [*up.models["large"].requests, *up.models["small"].requests]
     assert sent and all(("prompt_ids" in body) == (path == "auto") for body in sent)
+
+
+async def test_only_the_reasoning_asks_for_the_ids_it_writes() -> None:
+    """The answer is the last turn: no request continues from its ids, so its pieces carry
+    none (each would cost the stream a little, every token)."""
+    result, sent, _ = await run("tokens", {})
+    large, small = sent
+    answer = small[-1]
+    assert result.segments[-1].phase == "answer" and result.segments[-1].model == "small"
+    assert "return_token_ids" not in answer
+    assert all(body["return_token_ids"] is True for body in [*large, *small[:-1]])
