@@ -147,6 +147,41 @@ def test_a_client_that_reads_nothing_is_dropped_and_its_slot_serves_another(
     assert any("accepted nothing for 0.5 s" in r.getMessage() for r in caplog.records)
 
 
+def test_a_client_that_reads_slowly_keeps_its_stream_while_it_reads(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``--send-timeout`` counts the bytes a client takes, not how fast: a reader far slower
+    than the relay writes (2 KiB every 0.1 s through a 4 KiB receive buffer, the socket
+    buffers between them full all along) keeps its stream over ten windows of the timeout,
+    where a client that takes nothing is dropped after one (above)."""
+    with long_writer() as upstream:
+        endpoint = {"base_url": upstream.base_url}
+        config = RelayConfig(
+            large=EndpointConfig(**endpoint, model="large"),
+            small=EndpointConfig(**endpoint, model="small"),
+            cues=["Now"],
+            policy=SwitchPolicy(cooldown_tokens=0),
+        )
+        settings = ServerSettings(send_timeout=0.5, max_concurrent_generations=1)
+        with relay_http(RelayServer(config, settings)) as served:
+            slow = connect(served, receive_buffer=4096)
+            head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: relay\r\ncontent-type: "
+            head += b"application/json\r\ncontent-length: %d\r\n\r\n"
+            slow.sendall(head % len(CHAT) + CHAT)
+            slow.settimeout(2)
+            received, ends = 0, time.monotonic() + 5
+            while time.monotonic() < ends:
+                time.sleep(0.1)
+                chunk = slow.recv(2048)
+                assert chunk, f"the relay closed a stream its client was reading ({received} B)"
+                received += len(chunk)
+            assert served.relay.inflight == 1  # still writing to it
+            assert limited(served, "send") == 0
+            assert received < 200_000  # far slower than the relay writes (10 MB)
+            slow.close()
+    assert not any("accepted nothing" in r.getMessage() for r in caplog.records)
+
+
 def test_health_probes_reuse_the_relays_connections(upstream: ScriptedVLLM) -> None:
     with relay_http(relay_server(upstream.base_url)) as served, httpx.Client() as client:
         assert client.get(f"{served.url}/health").status_code == 200
