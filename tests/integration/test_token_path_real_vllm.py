@@ -116,7 +116,5 @@ async def test_the_token_path_writes_the_models_own_text(gemma: Server, question
     assert text.stats.switches >= 2, text.segments
     if text.text != expected:  # shown in the test run's warnings summary
         warnings.warn(f"the text path diverges {divergence(text.text, expected)}", stacklevel=1)
-    # the token path's requests find at least as much of their prompts in the prefix cache
-    assert sum(u.cached_tokens for u in tokens.usage.values()) >= sum(
-        u.cached_tokens for u in text.usage.values()
-    )
+    # each continues a prompt whose start the server has cached (the same ids)
+    assert all(usage.cached_tokens for usage in tokens.usage.values()), tokens.usage
