@@ -102,9 +102,12 @@ async def test_consistent_hash_keeps_a_generation_on_one_replica_and_its_cache(
         # one replica took them all (and, on a loaded machine, a request opened ahead of a
         # hand-off that did not come may finish there before its close arrives)
         assert min(counts) == 0 and max(counts) >= large_requests, counts
-        # the same prefill as on one server: each request reused everything before it
-        assert result.usage["large"].cached_tokens == single.usage["large"].cached_tokens
-        assert result.usage["large"].prompt_tokens == single.usage["large"].prompt_tokens
+        # the same prefill as on one server: each request reused everything before it. The
+        # counts may differ by the few tokens in which the model spelled the forced text
+        # otherwise (prompts carry its own tokens), and so by a cache block (128 tokens)
+        used, alone = result.usage["large"], single.usage["large"]
+        assert abs(used.prompt_tokens - alone.prompt_tokens) <= 0.02 * alone.prompt_tokens
+        assert abs(used.cached_tokens - alone.cached_tokens) <= 128, (used, alone)
     assert all(count > 0 for count in spread_counts), spread_counts  # both replicas
     assert spread.usage["large"].cached_tokens < single.usage["large"].cached_tokens
     print(
