@@ -119,9 +119,10 @@ def long_writer() -> Iterator[ScriptedVLLM]:
         yield up
 
 
-def test_a_client_that_reads_nothing_is_dropped_and_its_slot_serves_another(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+@contextmanager
+def streaming_to_one_client() -> Iterator[tuple[ScriptedVLLM, ServedRelay, socket.socket]]:
+    """The long writer behind a relay that serves one generation at a time with a 0.5 s send
+    timeout, and a client (4 KiB receive buffer) that has asked it for a streamed chat."""
     with long_writer() as upstream:
         endpoint = {"base_url": upstream.base_url}
         config = RelayConfig(
@@ -132,18 +133,27 @@ def test_a_client_that_reads_nothing_is_dropped_and_its_slot_serves_another(
         )
         settings = ServerSettings(send_timeout=0.5, max_concurrent_generations=1)
         with relay_http(RelayServer(config, settings)) as served:
-            stuck = connect(served, receive_buffer=4096)
+            client = connect(served, receive_buffer=4096)
             head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: relay\r\ncontent-type: "
             head += b"application/json\r\ncontent-length: %d\r\n\r\n"
-            stuck.sendall(head % len(CHAT) + CHAT)  # and never reads
-            assert eventually(lambda: served.relay.inflight == 1, 5)
-            assert eventually(lambda: served.relay.inflight == 0, 30), "the slot is still held"
-            assert limited(served, "send") == 1
-            assert upstream.models["large"].active == 0  # its upstream request was closed
-            body = {"model": "large", "messages": [{"role": "user", "content": "Hi"}]}
-            answered = httpx.post(f"{served.base_url}/chat/completions", json=body, timeout=60)
-            assert answered.status_code == 200  # the freed slot serves another client
-            stuck.close()
+            client.sendall(head % len(CHAT) + CHAT)
+            try:
+                yield upstream, served, client
+            finally:
+                client.close()
+
+
+def test_a_client_that_reads_nothing_is_dropped_and_its_slot_serves_another(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with streaming_to_one_client() as (upstream, served, _):  # the client never reads
+        assert eventually(lambda: served.relay.inflight == 1, 5)
+        assert eventually(lambda: served.relay.inflight == 0, 30), "the slot is still held"
+        assert limited(served, "send") == 1
+        assert upstream.models["large"].active == 0  # its upstream request was closed
+        body = {"model": "large", "messages": [{"role": "user", "content": "Hi"}]}
+        answered = httpx.post(f"{served.base_url}/chat/completions", json=body, timeout=60)
+        assert answered.status_code == 200  # the freed slot serves another client
     assert any("accepted nothing for 0.5 s" in r.getMessage() for r in caplog.records)
 
 
@@ -154,31 +164,17 @@ def test_a_client_that_reads_slowly_keeps_its_stream_while_it_reads(
     than the relay writes (2 KiB every 0.1 s through a 4 KiB receive buffer, the socket
     buffers between them full all along) keeps its stream over ten windows of the timeout,
     where a client that takes nothing is dropped after one (above)."""
-    with long_writer() as upstream:
-        endpoint = {"base_url": upstream.base_url}
-        config = RelayConfig(
-            large=EndpointConfig(**endpoint, model="large"),
-            small=EndpointConfig(**endpoint, model="small"),
-            cues=["Now"],
-            policy=SwitchPolicy(cooldown_tokens=0),
-        )
-        settings = ServerSettings(send_timeout=0.5, max_concurrent_generations=1)
-        with relay_http(RelayServer(config, settings)) as served:
-            slow = connect(served, receive_buffer=4096)
-            head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: relay\r\ncontent-type: "
-            head += b"application/json\r\ncontent-length: %d\r\n\r\n"
-            slow.sendall(head % len(CHAT) + CHAT)
-            slow.settimeout(2)
-            received, ends = 0, time.monotonic() + 5
-            while time.monotonic() < ends:
-                time.sleep(0.1)
-                chunk = slow.recv(2048)
-                assert chunk, f"the relay closed a stream its client was reading ({received} B)"
-                received += len(chunk)
-            assert served.relay.inflight == 1  # still writing to it
-            assert limited(served, "send") == 0
-            assert received < 200_000  # far slower than the relay writes (10 MB)
-            slow.close()
+    with streaming_to_one_client() as (_, served, slow):
+        slow.settimeout(2)
+        received, ends = 0, time.monotonic() + 5
+        while time.monotonic() < ends:
+            time.sleep(0.1)
+            chunk = slow.recv(2048)
+            assert chunk, f"the relay closed a stream its client was reading ({received} B)"
+            received += len(chunk)
+        assert served.relay.inflight == 1  # still writing to it
+        assert limited(served, "send") == 0
+        assert received < 200_000  # far slower than the relay writes (10 MB)
     assert not any("accepted nothing" in r.getMessage() for r in caplog.records)
 
 
