@@ -68,7 +68,6 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, replace
-from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
@@ -405,12 +404,20 @@ _WAITS = (
 ``Future.result``, ``Queue.get``): a futex wait there blocks; elsewhere it is the GIL's."""
 
 
+def _read_task(task: int | str, name: str) -> str:
+    """The text of ``/proc/self/task/<task>/<name>``. Not through ``pathlib``: Python 3.11
+    interns each part of a path for good, and thread ids are new for every thread the process
+    starts (the interned table then grows, and resizes, under a long-running program)."""
+    with open(f"/proc/self/task/{task}/{name}", encoding="ascii") as file:
+        return file.read()
+
+
 def _syscall(native: int | None) -> str | None:
     """The system call `native` (a thread's id) is blocked in, or ``"running"``."""
     if native is None:
         return None
     try:
-        return Path(f"/proc/self/task/{native}/syscall").read_text().split(maxsplit=1)[0]
+        return _read_task(native, "syscall").split(maxsplit=1)[0]
     except (OSError, IndexError):
         return None
 
@@ -425,7 +432,7 @@ def _queued() -> dict[str, float]:
     for task in tasks:
         try:
             queued[task] = (
-                int(Path(f"/proc/self/task/{task}/schedstat").read_text().split()[1]) / 1e9
+                int(_read_task(task, "schedstat").split()[1]) / 1e9
             )
         except (OSError, IndexError):  # ended since it was listed
             continue
@@ -438,7 +445,7 @@ def _schedstat(native: int | None) -> tuple[float, float]:
     if native is None:
         return 0.0, 0.0
     try:
-        fields = Path(f"/proc/self/task/{native}/schedstat").read_text().split()
+        fields = _read_task(native, "schedstat").split()
     except OSError:
         return 0.0, 0.0
     return int(fields[0]) / 1e9, int(fields[1]) / 1e9
