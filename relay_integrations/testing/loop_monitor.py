@@ -431,9 +431,7 @@ def _queued() -> dict[str, float]:
         return {}
     for task in tasks:
         try:
-            queued[task] = (
-                int(_read_task(task, "schedstat").split()[1]) / 1e9
-            )
+            queued[task] = int(_read_task(task, "schedstat").split()[1]) / 1e9
         except (OSError, IndexError):  # ended since it was listed
             continue
     return queued
