@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
+from dataclasses import replace
 from functools import partial
 
 from ..upstream.config import ModelRole
@@ -157,6 +158,7 @@ class Generation:
         so far, and a server that is out is waited for (:class:`Recovery`)."""
         phase, resumes, decision = self.phase, 0, WRITE_ON
         forecast = partial(self.turns.upcoming, turn, self)
+        start, resumed = len(self.transcript), False
         while decision.ended is None:
             tokens = usage.completion_tokens
             allowance = self.budget.allowance(role, self.phase, self.tally, turn.cap, tokens)
@@ -165,6 +167,8 @@ class Generation:
                 decision = TurnDecision(ended)
                 break
             request = self.requests.build(self, turn, role, allowance)
+            if resumed:
+                request = self._goes_on(request, self.transcript[start:])
             end: RequestEnd | None = None
             try:
                 async with aclosing(self._send(role, phase, request, usage, forecast)) as items:
@@ -174,13 +178,14 @@ class Generation:
                         else:
                             yield item
             except StreamInterrupted as broken:
-                resumes += 1
+                resumes, resumed = resumes + 1, True
                 self.recovery.resume(role, broken, resumes)
                 continue
             except UpstreamFailure as failure:
                 await self.recovery.wait_for(role, failure, written=bool(self.transcript))
                 continue
             assert end is not None, "a request that did not break ends with its RequestEnd"
+            resumed = False
             decision = self.turns.decide(turn, end)
             await self._apply(decision)
         yield decision
@@ -265,6 +270,16 @@ class Generation:
             room=self.budget.room(role, self.phase, self.tally),
             spent=self.budget.spent(self.phase, self.tally),
         )
+
+    @staticmethod
+    def _goes_on(request: CompletionRequest, written: str) -> CompletionRequest:
+        """`request`, resuming a request of the turn that broke after `written`: where a
+        stop string may have begun in it (one the caller was shown, which
+        :meth:`_take_back_partial_stop` cannot take back), the endpoint looks for the stop
+        across the two, as the uninterrupted request would have ended there."""
+        if any(partial_suffix(written, stop) for stop in request.stop if stop):
+            return replace(request, written=written)
+        return request
 
     def _take_back_partial_stop(self, start: int, stops: Sequence[str]) -> None:
         """A stream that broke inside one of its stop strings (``</think`` of ``</think>``, a

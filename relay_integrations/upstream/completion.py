@@ -56,6 +56,11 @@ class CompletionRequest:
     return_token_ids: bool = True
     """With a :class:`TokenPrompt`: the pieces carry the ids they write (off where no later
     request will need them: each costs the stream a little, every token)."""
+    written: str = ""
+    """Text this request's output goes on from (a resumed request's: what the interrupted one
+    wrote), in which one of its stop strings may have begun. vLLM matches stop strings in a
+    request's own output only: the endpoint finds a stop that began there in the stream, so
+    the request ends where the uninterrupted one would have."""
 
     def __post_init__(self) -> None:
         check_headers("headers", self.headers)

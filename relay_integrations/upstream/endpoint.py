@@ -342,11 +342,16 @@ class Endpoint:
 
     def _stream_stops(self, request: CompletionRequest) -> StreamStops | None:
         """The stop strings to apply in the stream: all of `request`'s, when the server
-        takes fewer (None: the server applies them)."""
-        if not self._overflows(request):
+        takes fewer or one may have begun in the text the request goes on from (None: the
+        server applies them)."""
+        if not self._watches(request):
             return None
         include = self._request_fields(request).get("include_stop_str_in_output", True)
-        return StreamStops(request.stop, include_in_output=bool(include))
+        return StreamStops(request.stop, include_in_output=bool(include), written=request.written)
+
+    def _watches(self, request: CompletionRequest) -> bool:
+        """Whether `request`'s stops are (also) found in its stream."""
+        return bool(request.stop) and (bool(request.written) or self._overflows(request))
 
     def _watched(
         self, watch: StreamStops, piece: StreamPiece, so_far: StreamPiece
@@ -361,7 +366,8 @@ class Endpoint:
         if stop is None and piece.finish_reason is not None:
             text += watch.rest()  # the server's end: what was held back
         elif stop is not None and piece.finish_reason is None:
-            if stop not in watch.stops[: self.stop_limit]:
+            # the server ends at a stop it was given, unless the stop began before its output
+            if watch.began_before or stop not in watch.stops[: self.stop_limit]:
                 closing = _cut(text, stop, so_far)
                 closing.tail_ids = piece.tail_ids
                 return closing, True
@@ -489,7 +495,7 @@ class Endpoint:
         }
         if not isinstance(prompt, str) and request.return_token_ids:
             body["return_token_ids"] = True  # each piece's ids: the model's own tokens kept
-        if self._overflows(request):
+        if self._watches(request):
             # the stream's own stops (StreamStops) need to see every stop the server writes,
             # and hold back a stop's possible start themselves (the server would hold back
             # only its own stops' lengths)

@@ -1,10 +1,12 @@
 """Whole generations under fault schedules: one upstream (the large model's server or the
 small one's) killed, stopped (SIGSTOP), its stream cut or its request failed (a 5xx) at a
 point of the generation: while the prompt is rendered (``/tokenize``), at a cue, during a
-speculative hand-off (the next model's request opened before its confirming token), at the
-end of the reasoning, in the middle of the answer. Whatever the schedule, the caller receives
-exactly the fault-free run's text, or the generation ends with a ``RelayError`` naming a
-server's URL, within its deadline.
+speculative hand-off (the next model's request opened before its confirming token), inside a
+cue the caller has been shown part of, at the end of the reasoning, in the middle of the
+answer. Whatever the schedule, the caller receives exactly the fault-free run's text, written
+by the same models in the same turns (both scripted models write the same text: the turns
+are what shows a missed switch), unless the small model was given up on; or the generation
+ends with a ``RelayError`` naming a server's URL, within its deadline.
 
 Kills and stops hit scripted upstreams in processes of their own (``benchmarks.upstream``, as
 ``test_server_outages`` runs them: killed, started again on their port); cuts and failures are
@@ -55,10 +57,21 @@ MAX_RETRIES = 1
 STARTUP = 3.0
 """Seconds a scripted upstream's process may take to listen again (a loaded machine)."""
 
-Point = Literal["render", "cue", "handoff", "end_of_reasoning", "mid_answer"]
+Point = Literal["render", "cue", "inside_cue", "handoff", "end_of_reasoning", "mid_answer"]
+POINTS: tuple[Point, ...] = (
+    "render",
+    "cue",
+    "inside_cue",
+    "handoff",
+    "end_of_reasoning",
+    "mid_answer",
+)
 Action = Literal["kill", "stop", "cut", "fail"]
 MARKS: dict[Point, str] = {
     "cue": "question. Now",  # the large model's cue: the small model takes over
+    # the cue's first token written (and shown), its "," not yet: resumed from there, the
+    # server never sees the cue whole in its output
+    "inside_cue": "best here. Therefore",
     "handoff": "best reply.",  # the small model's sentence end: the large model's request
     # is opened before the space that confirms it
     "end_of_reasoning": "</think",  # the request that writes its ">" crosses the point
@@ -119,16 +132,28 @@ def relay_config(large_url: str, small_url: str) -> RelayConfig:
     )
 
 
+@dataclass(frozen=True)
+class Written:
+    """What a generation wrote: its text, who wrote each turn and how the turn ended, and
+    whether the small model was given up on (its turns then the large model's)."""
+
+    text: str
+    turns: tuple[tuple[str, str], ...]
+    degraded: bool
+
+
 async def generate(
-    config: RelayConfig, schedule: Schedule, act: Callable[[], Awaitable[None]]
-) -> str | BaseException:
-    """One generation, `act` run once its visible text reaches the schedule's point: the
-    text the caller received (checked against the result's), or the error it ended with (a
-    TimeoutError a while past the schedule's deadline)."""
-    point = schedule.point
-    offset, acted, received = visible_offset(point), False, ""
+    config: RelayConfig, schedule: Schedule | None, act: Callable[[], Awaitable[None]]
+) -> Written | BaseException:
+    """One generation, `act` run once its visible text reaches the schedule's point (None:
+    never): what it wrote (its text checked against what the caller received), or the error
+    it ended with (a TimeoutError a while past the schedule's deadline)."""
+    point = None if schedule is None else schedule.point
+    offset = 0 if point is None else visible_offset(point)
+    acted, received = point is None, ""
+    deadline = 10.0 if schedule is None else schedule.deadline()
     try:
-        async with asyncio.timeout(schedule.deadline() + 5), RelaySwitcher(config) as relay:
+        async with asyncio.timeout(deadline + 5), RelaySwitcher(config) as relay:
             if point == "render":
                 acted = True
                 await act()
@@ -141,14 +166,16 @@ async def generate(
                 elif isinstance(event, RelayDone):
                     result = event.result
                     assert received == result.reasoning + result.answer
-                    return result.text
+                    turns = tuple((s.model, s.ended_by) for s in result.segments)
+                    return Written(result.text, turns, result.stats.degraded is not None)
     except Exception as failed:  # judged by the caller
         return failed
     raise AssertionError("the stream ended without its result")
 
 
 def check(
-    outcome: str | BaseException,
+    outcome: Written | BaseException,
+    fault_free: Written,
     seconds: float,
     schedule: Schedule,
     urls: list[str],
@@ -156,14 +183,17 @@ def check(
     transient: bool = False,
 ) -> None:
     """The invariant; a `transient` fault (one request cut or failed, the server up
-    throughout) leaves nothing to give up on: the fault-free text is the only outcome."""
+    throughout) leaves nothing to give up on: the fault-free run is the only outcome."""
     assert seconds <= schedule.deadline(), f"{seconds:.1f} s for {schedule}"
     assert not (transient and isinstance(outcome, BaseException)), repr(outcome)
     if isinstance(outcome, BaseException):
         assert isinstance(outcome, RelayError), repr(outcome)
         assert any(url.removesuffix("/v1") in str(outcome) for url in urls), repr(outcome)
-    else:
-        assert outcome == FAULT_FREE
+        return
+    assert outcome.text == FAULT_FREE
+    assert not (transient and outcome.degraded), outcome
+    if not outcome.degraded:
+        assert outcome.turns == fault_free.turns, (outcome.turns, fault_free.turns)
 
 
 # --- cuts and failures: scripted servers on threads -----------------------------------------
@@ -206,7 +236,24 @@ def threaded() -> Iterator[dict[ModelRole, ScriptedVLLM]]:
         yield {"large": large, "small": small}
 
 
-def run_threaded(servers: dict[ModelRole, ScriptedVLLM], schedule: Schedule) -> None:
+@pytest.fixture(scope="module")
+def fault_free(threaded: dict[ModelRole, ScriptedVLLM]) -> Written:
+    """The generation with no fault: its text, and its turns."""
+
+    async def nothing() -> None:
+        pass
+
+    config = relay_config(threaded["large"].base_url, threaded["small"].base_url)
+    written = asyncio.run(generate(config, None, nothing))
+    assert isinstance(written, Written), repr(written)
+    assert written.text == FAULT_FREE and not written.degraded, written
+    assert ("small", "sentence_end") in written.turns, written.turns  # it switches
+    return written
+
+
+def run_threaded(
+    servers: dict[ModelRole, ScriptedVLLM], schedule: Schedule, fault_free: Written
+) -> None:
     model = servers[schedule.role].models[schedule.role]
     model.forget()
     render = model.chat_template
@@ -231,6 +278,7 @@ def run_threaded(servers: dict[ModelRole, ScriptedVLLM], schedule: Schedule) -> 
         model.faults, model.chat_template = [], render
     check(
         outcome,
+        fault_free,
         time.monotonic() - started,
         schedule,
         [config.large.base_url, config.small.base_url],
@@ -243,16 +291,16 @@ def in_thread_schedules() -> st.SearchStrategy[Schedule]:
         Schedule,
         action=st.sampled_from(("cut", "fail")),
         role=st.sampled_from(("large", "small")),
-        point=st.sampled_from(("render", "cue", "handoff", "end_of_reasoning", "mid_answer")),
+        point=st.sampled_from(POINTS),
     )
 
 
 @hostile_settings(examples=6)  # whole generations: a few
 @given(schedule=in_thread_schedules())
 def test_a_cut_or_failed_request_leaves_the_fault_free_text_or_a_named_error(
-    threaded: dict[ModelRole, ScriptedVLLM], schedule: Schedule
+    threaded: dict[ModelRole, ScriptedVLLM], fault_free: Written, schedule: Schedule
 ) -> None:
-    run_threaded(threaded, schedule)
+    run_threaded(threaded, schedule, fault_free)
 
 
 IN_THREAD: dict[str, Schedule] = {
@@ -262,14 +310,18 @@ IN_THREAD: dict[str, Schedule] = {
     "answer-cut-mid-way": Schedule("cut", "small", "mid_answer"),
     "render-fails-once": Schedule("fail", "large", "render"),
     "speculative-handoff-request-fails": Schedule("fail", "large", "handoff"),
+    # " Therefore" shown, its "," not yet written: the resumed request must still end there
+    "cut-inside-a-cue-already-shown": Schedule("cut", "large", "inside_cue"),
+    # the small model's "." written, the space that ends its sentence not yet
+    "cut-inside-a-sentence-end": Schedule("cut", "small", "handoff"),
 }
 
 
 @pytest.mark.parametrize("case", list(IN_THREAD))
 def test_named_cut_and_failure_schedules(
-    threaded: dict[ModelRole, ScriptedVLLM], case: str
+    threaded: dict[ModelRole, ScriptedVLLM], fault_free: Written, case: str
 ) -> None:
-    run_threaded(threaded, IN_THREAD[case])
+    run_threaded(threaded, IN_THREAD[case], fault_free)
 
 
 # --- kills and stops: upstreams in processes of their own -----------------------------------
@@ -301,7 +353,9 @@ def revive(server: Upstream) -> None:
         server.start()
 
 
-def run_processes(servers: dict[ModelRole, Upstream], schedule: Schedule) -> None:
+def run_processes(
+    servers: dict[ModelRole, Upstream], schedule: Schedule, fault_free: Written
+) -> None:
     target = servers[schedule.role]
     assert target.process is not None
     later: list[asyncio.Task[None]] = []
@@ -330,7 +384,8 @@ def run_processes(servers: dict[ModelRole, Upstream], schedule: Schedule) -> Non
         outcome = asyncio.run(run())
     finally:
         revive(target)
-    check(outcome, time.monotonic() - started, schedule, [s.url for s in servers.values()])
+    urls = [s.url for s in servers.values()]
+    check(outcome, fault_free, time.monotonic() - started, schedule, urls)
 
 
 def process_schedules() -> st.SearchStrategy[Schedule]:
@@ -338,7 +393,7 @@ def process_schedules() -> st.SearchStrategy[Schedule]:
         Schedule,
         action=st.sampled_from(("kill", "stop")),
         role=st.sampled_from(("large", "small")),
-        point=st.sampled_from(("render", "cue", "handoff", "end_of_reasoning", "mid_answer")),
+        point=st.sampled_from(POINTS),
         down=st.sampled_from((0.5, 2.0, None)),
     )
 
@@ -346,11 +401,11 @@ def process_schedules() -> st.SearchStrategy[Schedule]:
 @hostile_settings(examples=3)  # whole generations: a few
 @given(schedule=process_schedules())
 def test_a_killed_or_stopped_upstream_leaves_the_fault_free_text_or_a_named_error(
-    processes: dict[ModelRole, Upstream], schedule: Schedule
+    processes: dict[ModelRole, Upstream], fault_free: Written, schedule: Schedule
 ) -> None:
     if schedule.action == "stop" and schedule.down is None:
         schedule = Schedule("stop", schedule.role, schedule.point, 2.0)  # a stop ends
-    run_processes(processes, schedule)
+    run_processes(processes, schedule, fault_free)
 
 
 IN_PROCESSES: dict[str, Schedule] = {
@@ -364,5 +419,7 @@ IN_PROCESSES: dict[str, Schedule] = {
 
 
 @pytest.mark.parametrize("case", list(IN_PROCESSES))
-def test_named_kill_and_stop_schedules(processes: dict[ModelRole, Upstream], case: str) -> None:
-    run_processes(processes, IN_PROCESSES[case])
+def test_named_kill_and_stop_schedules(
+    processes: dict[ModelRole, Upstream], fault_free: Written, case: str
+) -> None:
+    run_processes(processes, IN_PROCESSES[case], fault_free)

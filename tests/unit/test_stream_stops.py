@@ -109,6 +109,27 @@ def test_the_text_kept_is_the_text_cut_at_the_first_stop_however_it_is_split(
     assert (so_far, found) == (kept, stop)
 
 
+@BOUNDED
+@given(pieces=split_texts(), stop_list=stop_lists, data=st.data())
+def test_a_stream_resumed_after_any_piece_ends_where_the_uninterrupted_one_does(
+    pieces: list[str], stop_list: list[str], data: st.DataObject
+) -> None:
+    """The stream broke after some pieces (the relay's cues, kept in the text, had been
+    passed on as they came) and a new request goes on from there: watched from what was
+    written, it ends at the same stop, with the same text in all, as the stream that did not
+    break; the stop began before it iff the uninterrupted one's began in the written part."""
+    broken_at = data.draw(st.integers(0, len(pieces)))
+    written = "".join(pieces[:broken_at])
+    if whole_text_rule(written, stop_list, True)[1] is not None:
+        return  # the request had ended at a stop already: nothing is resumed
+    kept, stop = whole_text_rule("".join(pieces), stop_list, True)
+    watch = StreamStops(stop_list, include_in_output=True, written=written)
+    sent, found = streamed(watch, pieces[broken_at:])
+    assert (written + "".join(sent), found) == (kept, stop)
+    if stop is not None:
+        assert watch.began_before == (len(kept) - len(stop) < len(written))
+
+
 def test_a_stop_split_across_pieces_is_found_when_it_completes() -> None:
     stops = StreamStops(CUES.stop_strings, include_in_output=True)
     assert stops.feed("We have x. No") == ("We have x. No", None)  # " No" may become " Now,"
