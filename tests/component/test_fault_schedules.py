@@ -373,7 +373,7 @@ def run_processes(
         if schedule.down is not None:
             later.append(asyncio.create_task(back_after(schedule.down)))
 
-    async def run() -> str | BaseException:
+    async def run() -> Written | BaseException:
         config = relay_config(servers["large"].url, servers["small"].url)
         outcome = await generate(config, schedule, act)
         await asyncio.gather(*later)
