@@ -37,14 +37,6 @@ def is_strict(tool: Mapping[str, Any]) -> bool:
     return tool.get("function", tool).get("strict") is True
 
 
-def with_strict(tools: Sequence[dict[str, Any]], strict: bool | None) -> list[dict[str, Any]]:
-    """`tools` with ``function.strict`` set when `strict` is true, else as they are (an
-    adapter's ``strict=`` argument, for frameworks that take it per call)."""
-    if not strict:
-        return list(tools)
-    return [{**t, "function": {**t.get("function", t), "strict": True}} for t in tools]
-
-
 def forced_call_schema(tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """JSON schema of ``{"name": ..., "arguments": {...}}`` calling one of `tools`, with the
     arguments valid against the tool's parameters (a forced call is strict anyway)."""

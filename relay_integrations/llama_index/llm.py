@@ -35,7 +35,6 @@ from llama_index.core.prompts import PromptTemplate
 from llama_index.core.types import BasePydanticProgram, Model, PydanticProgramMode
 from pydantic import ConfigDict, Field
 
-from ..chat.constraints import with_strict
 from ..chat.exchange import (
     ChatRequest,
     ContentDelta,
@@ -336,10 +335,11 @@ class RelayLLM(RelaySettings, FunctionCallingLLM):
             user_msg = ChatMessage(role=MessageRole.USER, content=user_msg)
         if user_msg is not None:
             messages.append(user_msg)
-        specs = [_openai_tool(t) for t in tools]
+        strict = self.strict if strict is None else strict
+        specs = [_openai_tool(t, strict) for t in tools]
         return {
             "messages": messages,
-            "tools": with_strict(specs, self.strict if strict is None else strict) or None,
+            "tools": specs or None,
             "tool_choice": normalize_tool_choice(tool_choice, required=tool_required),
             "parallel_tool_calls": allow_parallel_tool_calls,
             **kwargs,
@@ -390,13 +390,18 @@ def _assumed_window(url: str, reason: str) -> None:
     )
 
 
-def _openai_tool(tool: BaseTool) -> dict[str, Any]:
-    """The tool in OpenAI's format. A recursive model's parameters keep the root ``$ref``
-    that LlamaIndex's ``ToolMetadata.get_parameters_dict`` leaves out: without it they would
-    admit any object."""
+def _openai_tool(tool: BaseTool, strict: bool) -> dict[str, Any]:
+    """The tool in OpenAI's format, as LlamaIndex's ``OpenAI`` and ``OpenAILike`` send a
+    function-calling model's tools (the chat template renders them into the prompt, so the
+    prompt is theirs): ``strict`` stated either way, no properties beyond the parameters'.
+    A recursive model's parameters keep the root ``$ref`` that LlamaIndex's
+    ``ToolMetadata.get_parameters_dict`` leaves out: without it they would admit any
+    object."""
     spec = tool.metadata.to_openai_tool(skip_length_check=True)
+    function = spec["function"]
     fn_schema = tool.metadata.fn_schema
     root = fn_schema.model_json_schema().get("$ref") if fn_schema is not None else None
-    if root is not None:
-        spec["function"]["parameters"] = {**spec["function"]["parameters"], "$ref": root}
+    parameters = {**function["parameters"], "additionalProperties": False}
+    function["parameters"] = parameters if root is None else {**parameters, "$ref": root}
+    function["strict"] = strict
     return spec

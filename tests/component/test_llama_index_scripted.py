@@ -15,6 +15,7 @@ from llama_index.core.agent.workflow import (
     ToolCallResult,
 )
 from llama_index.core.tools import FunctionTool
+from llama_index.llms.openai_like import OpenAILike
 from pydantic import BaseModel
 
 from examples.llama_index_agent import build_agent
@@ -199,6 +200,26 @@ async def test_a_function_agent_with_output_cls_returns_the_schema_filled_from_t
     assert schema["properties"]["name"] == {"const": "Population"}
 
 
+@pytest.mark.parametrize("strict", [None, False, True])
+@pytest.mark.parametrize("field", [False, True])
+def test_tools_are_sent_as_openai_like_sends_them(
+    server: ScriptedVLLM, strict: bool | None, field: bool
+) -> None:
+    """The chat template renders the tools into the prompt: the relay's are OpenAILike's
+    (a function-calling model's), field for field, whatever ``strict`` says."""
+    tools = [FunctionTool.from_defaults(get_population), FunctionTool.from_defaults(add)]
+    like = OpenAILike(model="m", api_base=server.base_url, is_function_calling_model=True)
+    like.strict = field
+    expected = like._prepare_chat_with_tools(tools, "q", strict=strict)["tools"]
+    llm = relay_llm(server, strict=field)
+    assert llm._prepare_chat_with_tools(tools, "q", strict=strict)["tools"] == expected
+
+
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
 async def test_strict_tools_constrain_each_call_to_the_tool_s_schema(server: ScriptedVLLM) -> None:
     """``strict=True`` (as LlamaIndex's OpenAI takes it) holds every <tool_call> block to the
     tool's parameters; without it the answer is free."""
@@ -210,7 +231,8 @@ async def test_strict_tools_constrain_each_call_to_the_tool_s_schema(server: Scr
     tag = json.loads(server.models["small"].requests[-1]["structured_outputs"]["structural_tag"])
     assert tag["format"]["type"] == "triggered_tags"
     call = tag["format"]["tags"][0]["content"]["json_schema"]
-    assert call["properties"]["arguments"] == tool.metadata.get_parameters_dict()
+    sent = {**tool.metadata.get_parameters_dict(), "additionalProperties": False}
+    assert call["properties"]["arguments"] == sent
     await llm.achat_with_tools([tool], "Use get_population for Paris.")
     assert "structured_outputs" not in server.models["small"].requests[-1]
     # OpenAILike's constructor field: strict unless a call says otherwise

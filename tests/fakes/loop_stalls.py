@@ -1,13 +1,14 @@
-"""The loop-stall fixture of the component tier (the integration tier's tests are to be swept
-for sync calls made inside async tests on purpose before they take it): a test fails when any event
-loop of the process (pytest-asyncio's, ``asyncio.run`` inside sync code, the relay's background
-loop, a scripted server's thread) had one callback hold its thread over 50 ms
-(:mod:`relay_integrations.testing.loop_monitor`; time spent waiting for a CPU does not count, so
-a loaded CI machine does not fail tests). A tier's conftest imports the fixtures::
+"""The loop-stall fixture of the component and integration tiers: in either, a test fails
+when any event loop of the process (pytest-asyncio's, ``asyncio.run`` inside sync code, the
+relay's background loop, a scripted server's thread) had one callback hold its thread over
+50 ms (:mod:`relay_integrations.testing.loop_monitor`; time spent waiting for a CPU does not
+count, so a loaded CI machine does not fail tests). A tier's conftest imports the fixtures
+(tests/component/conftest.py and tests/integration/conftest.py do)::
 
     from tests.fakes.loop_stalls import loop_monitor, no_loop_stalls  # noqa: F401
 
-A test that blocks a loop on purpose (to show what the monitor or a guard does about it) says
+What a framework loads once a process (LlamaIndex's default tokenizer) is loaded before the
+monitor starts. A test that blocks a loop on purpose (to show what the monitor or a guard does about it) says
 so with ``@pytest.mark.blocks_loop``. ``RELAY_LOOP_MONITOR=report`` fails no test and prints,
 at the end, how long the callbacks seen in two samples or more held their loops (the noise of
 a machine).
@@ -19,6 +20,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from llama_index.core.utils import get_tokenizer
 
 from relay_integrations.testing.loop_monitor import LoopMonitor, LoopStalled
 
@@ -29,6 +31,9 @@ _MONITOR = LoopMonitor(threshold=0.05)
 
 @pytest.fixture(scope="session")
 def loop_monitor() -> Iterator[LoopMonitor]:
+    # a framework's one-time load, made on whatever loop first asks for it: LlamaIndex's
+    # default tokenizer (tiktoken's table, ~130 ms, on an agent's first memory buffer)
+    get_tokenizer()
     _MONITOR.start()
     yield _MONITOR
     if REPORT:

@@ -43,9 +43,6 @@ ON_PURPOSE: Mapping[str, str] = {
     "the relay's result), and the finish reason is in additional_kwargs",
     "llama_index stream usage": "OpenAILike's streamed responses carry no token counts; the "
     "relay's last one does",
-    "llama_index tools": 'OpenAILike adds "strict": false and "additionalProperties": false to '
-    "every tool it sends; the relay sends LlamaIndex's tool schema as it is, so the prompts "
-    "differ by those fields",
     "named tool_choice": "vLLM's chat endpoint constrains a forced call's arguments alone; the "
     "relay constrains the whole <tool_call> block as the model's template writes it, so the "
     "model writes the arguments after another prefix: same tool, both valid, not the same text",

@@ -46,10 +46,8 @@ from .oracle import MAX_STOPS, NO_THINKING, SHAPES, WEATHER_TOOL, WORDS, Case, m
 pytestmark = pytest.mark.vllm
 
 MATRIX = list(matrix())
-LLAMA_MATRIX = [c for c in MATRIX if c.format in ("none", "words") and c.tools == "none"]
-"""LlamaIndex asks for JSON through structured_predict (tested elsewhere), not a format; its
-tools are sent differently on purpose (ON_PURPOSE["llama_index tools"]): the relay's tools
-meet the reference in the LangChain and relaygen serve matrices."""
+LLAMA_MATRIX = [c for c in MATRIX if c.format in ("none", "words")]
+"""LlamaIndex asks for JSON through structured_predict (tested elsewhere), not a format."""
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from relay_integrations.chat.constraints import with_strict
 from relay_integrations.chat.exchange import ChatRequest, normalize_tool_choice
 from relay_integrations.chat.response_format import (
     JsonObjectFormat,
@@ -136,14 +135,6 @@ def test_a_forced_call_stays_bare_json_whatever_the_response_format() -> None:
     constraint = request.answer_constraint()
     assert constraint is not None
     assert constraint["json"]["properties"]["name"] == {"const": "get_weather"}
-
-
-def test_with_strict_marks_tools_without_changing_them_otherwise() -> None:
-    assert with_strict([WEATHER], None) == [WEATHER]
-    (marked,) = with_strict([WEATHER], True)
-    assert marked["function"].pop("strict") is True
-    assert marked == WEATHER
-    assert "strict" not in WEATHER["function"]  # a copy
 
 
 def test_a_chat_with_no_messages_or_with_media_is_refused_with_its_place() -> None:
