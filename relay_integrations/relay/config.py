@@ -238,7 +238,9 @@ class RelayConfig(Frozen):
 
 class RelayEnvironmentWarning(UserWarning):
     """A ``RELAY_*`` variable that looks meant for the relay's configuration but that no field
-    reads (``RELAY_TEMPERATURE`` for ``RELAY_SAMPLING__TEMPERATURE``)."""
+    reads (``RELAY_TEMPERATURE`` for ``RELAY_SAMPLING__TEMPERATURE``), or a ``RELAY_SERVER_*``
+    variable that is none of ``relaygen serve``'s settings (``RELAY_SERVER_MAX_CONECTIONS``
+    for ``RELAY_SERVER_MAX_CONNECTIONS``)."""
 
 
 @dataclass(frozen=True)
@@ -306,7 +308,7 @@ class RelayEnvironment:
             else:
                 target[path[-1]] = value
                 sources[path] = key
-        problems += _invalid_variables(data, sources, prefix)
+        problems += _relay_variables(prefix).invalid(data, sources)
         if problems:
             raise ValueError("invalid environment variables: " + "; ".join(problems))
         shared_key = env.get(prefix + "API_KEY") or None
@@ -316,32 +318,96 @@ class RelayEnvironment:
         return cls(data, shared_key)
 
 
-def _invalid_variables(
-    data: dict[str, Any], sources: Mapping[tuple[str, ...], str], prefix: str
-) -> list[str]:
-    """What is wrong with each variable's value, found by validating them all together (so
-    that a field's own validators run) and naming the variable that set each field in error.
-    Missing fields and errors of the whole configuration are not any one variable's."""
-    try:
-        RelayConfig.model_validate(data)
-    except ValidationError as invalid:
-        errors = invalid.errors(include_input=False, include_url=False)
-    else:
-        return []
-    found = []
-    for error in errors:
-        loc = tuple(str(part) for part in error["loc"])
-        key = _owner(sources, loc)
-        if error["type"] == "missing" or key is None:
-            continue
-        if error["type"] == "extra_forbidden":
-            meant = prefix + "__".join(loc).upper()  # the variable of the field, as it was read
-            hint = _close(meant, prefix)
-            found.append(f"{key}: {'.'.join(loc[:-1])} has no field {loc[-1]!r}{hint}")
+@dataclass(frozen=True)
+class EnvironmentVariables:
+    """The environment variables of a pydantic model's fields: `prefix` and the field's name in
+    capitals, a nested model's fields after ``__`` (``RELAY_LARGE__BASE_URL``). Both
+    :meth:`RelayEnvironment.read` and ``ServerSettings.from_env`` (``RELAY_SERVER_*``) check
+    their variables with one, so that an error names the variable and a warning the close
+    match the same way::
+
+        variables = EnvironmentVariables(RelayConfig, "RELAY_", "the relay's configuration")
+        variables.close("RELAY_TEMPRATURE")  # "; did you mean RELAY_SAMPLING__TEMPERATURE?"
+    """
+
+    model: type[BaseModel]
+    prefix: str
+    owner: str
+    """What the variables configure, as the warning about an unknown one says it."""
+    also: tuple[str, ...] = ()
+    """Variables read besides the fields', by their name after the prefix (``"api_key"``)."""
+
+    def known(self) -> dict[str, str]:
+        """Every variable read, and its last field name: RELAY_LARGE__MODEL: model, ..."""
+        found = {self.prefix + name.upper(): name for name in self.also}
+
+        def walk(model: type[BaseModel], name: str) -> None:
+            for field, info in model.model_fields.items():
+                variable = f"{name}{field.upper()}"
+                found[variable] = field
+                inner = [t for t in (info.annotation, *get_args(info.annotation)) if _is_model(t)]
+                for nested in inner:
+                    walk(nested, variable + "__")
+
+        walk(self.model, self.prefix)
+        return found
+
+    def close(self, key: str) -> str:
+        """ "; did you mean X?" for the variable closest to `key` (those as close), else "":
+        the one a letter or two away, or the least nested ones of the same field name (or of
+        a field a letter or two away)."""
+        known = self.known()
+        name = key[len(self.prefix) :].lower()
+        by_name = {variable[len(self.prefix) :].lower(): variable for variable in known}
+        scores = {n: difflib.SequenceMatcher(None, name, n).ratio() for n in by_name}
+        best = max(scores.values(), default=0.0)
+        close = [by_name[n] for n, score in scores.items() if score >= 0.8 and score == best]
+        if not close:
+            field = name.rsplit("__", 1)[-1]
+            near = difflib.get_close_matches(field, set(known.values()), n=1, cutoff=0.8)
+            same = [variable for variable, f in known.items() if near and f == near[0]]
+            close = [v for v in same if v.count("__") == min(x.count("__") for x in same)]
+        return f"; did you mean {' or '.join(close)}?" if close else ""
+
+    def warn_ignored(self, key: str, stacklevel: int = 2) -> None:
+        """Warn (:class:`RelayEnvironmentWarning`) that `key` is none of the variables and is
+        ignored, with the close match; `stacklevel` as :func:`warnings.warn`'s, from the
+        caller."""
+        warnings.warn(
+            f"{key} is not a variable of {self.owner}, and is ignored{self.close(key)}",
+            RelayEnvironmentWarning,
+            stacklevel=stacklevel + 1,
+        )
+
+    def invalid(self, data: dict[str, Any], sources: Mapping[tuple[str, ...], str]) -> list[str]:
+        """What is wrong with each variable's value, found by validating them all together
+        (so that a field's own validators run) and naming the variable that set each field
+        in error (`sources`: the variable of each field path), never the value. Missing
+        fields and errors of the whole model are not any one variable's."""
+        try:
+            self.model.model_validate(data)
+        except ValidationError as invalid:
+            errors = invalid.errors(include_input=False, include_url=False)
         else:
-            field = ".".join(loc)
-            found.append(f"{key} (the field {field}): {error['msg']}")
-    return found
+            return []
+        found = []
+        for error in errors:
+            loc = tuple(str(part) for part in error["loc"])
+            key = _owner(sources, loc)
+            if error["type"] == "missing" or key is None:
+                continue
+            if error["type"] == "extra_forbidden":
+                meant = self.prefix + "__".join(loc).upper()  # the field's variable, as read
+                hint = self.close(meant)
+                found.append(f"{key}: {'.'.join(loc[:-1])} has no field {loc[-1]!r}{hint}")
+            else:
+                field = ".".join(loc)
+                found.append(f"{key} (the field {field}): {error['msg']}")
+        return found
+
+
+def _relay_variables(prefix: str) -> EnvironmentVariables:
+    return EnvironmentVariables(RelayConfig, prefix, "the relay's configuration", ("api_key",))
 
 
 def _owner(sources: Mapping[tuple[str, ...], str], loc: tuple[str, ...]) -> str | None:
@@ -350,53 +416,16 @@ def _owner(sources: Mapping[tuple[str, ...], str], loc: tuple[str, ...]) -> str 
     return sources[max(above, key=len)] if above else None
 
 
-def _config_variables(prefix: str) -> dict[str, str]:
-    """Every variable the configuration reads, by its last field name: RELAY_LARGE__MODEL,
-    RELAY_SAMPLING__TEMPERATURE, ... (``__`` between the levels)."""
-    found: dict[str, str] = {prefix + "API_KEY": "api_key"}
-
-    def walk(model: type[BaseModel], name: str) -> None:
-        for field, info in model.model_fields.items():
-            variable = f"{name}{field.upper()}"
-            found[variable] = field
-            inner = [t for t in (info.annotation, *get_args(info.annotation)) if _is_model(t)]
-            for nested in inner:
-                walk(nested, variable + "__")
-
-    walk(RelayConfig, prefix)
-    return found
-
-
 def _is_model(kind: object) -> bool:
     return isinstance(kind, type) and issubclass(kind, BaseModel)
-
-
-def _close(key: str, prefix: str) -> str:
-    """ "; did you mean X?" for the configuration's variables closest to `key`, else "": the
-    least nested ones of the same field name, or those (or a field) a letter or two away."""
-    known = _config_variables(prefix)
-    name = key[len(prefix) :].lower()
-    by_name = {variable[len(prefix) :].lower(): variable for variable in known}
-    close = [by_name[n] for n in difflib.get_close_matches(name, by_name, n=2, cutoff=0.8)]
-    if not close:
-        field = name.rsplit("__", 1)[-1]
-        near = difflib.get_close_matches(field, set(known.values()), n=1, cutoff=0.8)
-        same = [variable for variable, f in known.items() if near and f == near[0]]
-        close = [v for v in same if v.count("__") == min(x.count("__") for x in same)]
-    return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 def _warn_if_meant_for_us(key: str, prefix: str) -> None:
     """Warn about `key` if it looks like a configuration variable (see
     :meth:`RelayEnvironment.read` for the rule); other programs' variables pass in silence."""
-    name = key[len(prefix) :].lower()
-    hint = _close(key, prefix)
-    if "__" in name or hint:
-        warnings.warn(
-            f"{key} is not a variable of the relay's configuration, and is ignored{hint}",
-            RelayEnvironmentWarning,
-            stacklevel=3,
-        )
+    variables = _relay_variables(prefix)
+    if "__" in key[len(prefix) :] or variables.close(key):
+        variables.warn_ignored(key, stacklevel=3)
 
 
 def _parse_env_value(raw: str) -> Any:

@@ -203,7 +203,9 @@ class ResponsesWire:
         opened, self._open = self._open, None
         if opened is None:
             return []
-        text = "".join(opened.text).strip()
+        # the deltas as sent, so that a client's sum of them is this text, and the whole
+        # response's (the relay already trims the reasoning; the answer keeps its end)
+        text = "".join(opened.text)
         where = self._at(opened)
         if opened.kind == "reasoning":
             done = self._event("response.reasoning_text.done", **where, text=text)

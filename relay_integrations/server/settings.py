@@ -5,6 +5,12 @@ HTTP server's own settings. Each field also comes from ``RELAY_SERVER_<FIELD>``
 (``RELAY_SERVER_PORT=9000``, ``RELAY_SERVER_API_KEYS=key1,key2``)::
 
     settings = ServerSettings.from_env(port=9000)
+
+A value that does not validate is a ``ValueError`` naming its variable
+(``RELAY_SERVER_PORT (the field port): Input should be less than or equal to 65535``), never
+the value; a ``RELAY_SERVER_*`` name that is no setting (``RELAY_SERVER_MAX_CONECTIONS``) is
+ignored with a :class:`~relay_integrations.relay.config.RelayEnvironmentWarning` naming the
+closest one.
 """
 
 from __future__ import annotations
@@ -15,13 +21,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from ..relay.config import EnvironmentVariables
+
 ENV_PREFIX = "RELAY_SERVER_"
 
 
 class ServerSettings(BaseModel):
     """The HTTP face of the relay."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+    """Errors name the field and the reason, never the value: an API key may be one."""
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
@@ -122,14 +131,32 @@ class ServerSettings(BaseModel):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ServerSettings:
-        """``RELAY_SERVER_*`` variables, then keyword overrides (those that are not None)."""
+        """``RELAY_SERVER_*`` variables, then keyword overrides (those that are not None)::
+
+            ServerSettings.from_env({"RELAY_SERVER_PORT": "9000"}, host="0.0.0.0")
+
+        A list (``RELAY_SERVER_API_KEYS``) is comma-separated. A variable that does not
+        validate raises a ``ValueError`` naming each such variable and the reason (not the
+        value: it may be a key), whatever the overrides; an unknown ``RELAY_SERVER_*`` name
+        is warned about (:class:`~relay_integrations.relay.config.RelayEnvironmentWarning`)
+        with the closest variable, and ignored.
+        """
         env = os.environ if environ is None else environ
+        variables = EnvironmentVariables(cls, ENV_PREFIX, "relaygen serve's settings")
+        fields = {ENV_PREFIX + name.upper(): name for name in cls.model_fields}
         values: dict[str, Any] = {}
-        for name, field in cls.model_fields.items():
-            raw = env.get(ENV_PREFIX + name.upper())
-            if raw is None:
+        sources: dict[tuple[str, ...], str] = {}
+        for key in sorted(k for k in env if k.startswith(ENV_PREFIX)):
+            name = fields.get(key)
+            if name is None:
+                variables.warn_ignored(key, stacklevel=2)
                 continue
-            is_list = "list" in str(field.annotation)
+            raw = env[key]
+            is_list = "list" in str(cls.model_fields[name].annotation)
             values[name] = [v.strip() for v in raw.split(",") if v.strip()] if is_list else raw
+            sources[(name,)] = key
+        problems = variables.invalid(values, sources)
+        if problems:
+            raise ValueError("invalid environment variables: " + "; ".join(problems))
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls.model_validate(values)

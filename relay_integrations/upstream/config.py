@@ -374,6 +374,10 @@ def load_ca(context: ssl.SSLContext, verify: str) -> None:
 
         load_ca(ssl.create_default_context(), "/etc/relay/ca.pem")
     """
+    if not verify.strip():
+        raise ValueError(
+            "verify: empty; give a CA bundle (a PEM file) or a directory, true or false"
+        )
     if Path(verify).is_dir():
         context.load_verify_locations(capath=verify)
         return

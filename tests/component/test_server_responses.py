@@ -27,9 +27,10 @@ from langchain_openai import ChatOpenAI
 from openai.types.responses import ResponseStreamEvent
 from pydantic import BaseModel
 
+from relay_integrations.relay import EndpointConfig, RelayConfig
 from relay_integrations.server import RelayServer
 from relay_integrations.server.responses_request import RESPONSES_OFF_VALUES, RESPONSES_REFUSED
-from relay_integrations.testing.scripted_vllm import Fault, ScriptedVLLM
+from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM, serving
 from tests.fakes.capable_model import capable_relay_config
 from tests.fakes.clients import off_loop
 from tests.fakes.relay_http import ServedRelay, relay_http
@@ -153,6 +154,33 @@ def test_a_stream_has_the_semantic_events_in_order_and_ends_as_the_whole_respons
     assert [item["type"] for item in final["output"]] == [item.type for item in whole.output]
     assert final["output"][1]["content"][0]["text"] == whole.output_text == ANSWER
     assert final["usage"]["output_tokens"] == whole.usage.output_tokens  # type: ignore[union-attr]
+
+
+SPACED = "<think>\n  Two and two. Therefore, four.  \n</think>\n\n  Four, as asked.  \n  "
+"""A scripted generation whose reasoning and answer start and end with whitespace."""
+
+
+def test_the_texts_of_a_stream_are_its_deltas_and_those_of_the_whole_response() -> None:
+    models = [ScriptedModel(name, SPACED) for name in ("large", "small")]
+    with serving(ScriptedVLLM(*models)) as upstream:
+        config = RelayConfig(
+            large=EndpointConfig(base_url=upstream.base_url, model="large"),
+            small=EndpointConfig(base_url=upstream.base_url, model="small"),
+            cues=["Therefore,"],
+        )
+        with relay_http(RelayServer(config)) as served:
+            found = events(served, {"input": "What is 2 + 2?"})
+            whole = post(served, {"input": "What is 2 + 2?"})
+    assert whole.status_code == 200, whole.text
+    (reasoning, message) = whole.json()["output"]
+    done = {e["type"]: e for e in found}
+    final = done["response.completed"]["response"]["output"]
+    for name, index, item in (("reasoning_text", 0, reasoning), ("output_text", 1, message)):
+        deltas = "".join(e["delta"] for e in found if e["type"] == f"response.{name}.delta")
+        assert deltas == done[f"response.{name}.done"]["text"]
+        assert deltas == final[index]["content"][0]["text"] == item["content"][0]["text"]
+    assert message["content"][0]["text"] == "Four, as asked.  \n  "  # its end as written
+    assert reasoning["content"][0]["text"] == "Two and two. Therefore, four."  # stripped
 
 
 def test_the_sdk_stream_helper_gives_the_final_response(client: openai.OpenAI) -> None:

@@ -250,3 +250,11 @@ def test_other_programs_variables_are_not_warned_about_at_model_creation(
         warnings.simplefilter("error", RelayEnvironmentWarning)
         adapter.from_env()
         RelayConfig.from_env()
+
+
+def test_a_name_like_no_variable_is_left_to_the_program_that_reads_it() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RelayEnvironmentWarning)
+        RelayConfig.from_env(environ={**BASE_ENV, "RELAY_FOO": "1", "RELAY_SERVER_PORT": "1"})
+    with pytest.warns(RelayEnvironmentWarning, match="^RELAY_FOO__BAR is not a variable"):
+        RelayConfig.from_env(environ={**BASE_ENV, "RELAY_FOO__BAR": "1"})  # nested: ours
