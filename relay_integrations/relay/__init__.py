@@ -16,7 +16,13 @@ from the types exported here, and :func:`check_servers` tells whether two server
 """
 
 from ..upstream.config import EndpointConfig, ModelRole, SamplingConfig
-from ..upstream.errors import InvalidChatError, InvalidHeaderError, RelayError, RenderError
+from ..upstream.errors import (
+    InvalidChatError,
+    InvalidHeaderError,
+    InvalidProxyError,
+    RelayError,
+    RenderError,
+)
 from ..upstream.rendering import (
     ChatInput,
     JinjaChatTemplate,
@@ -57,6 +63,7 @@ __all__ = [
     "EndpointError",
     "InvalidChatError",
     "InvalidHeaderError",
+    "InvalidProxyError",
     "JinjaChatTemplate",
     "ModelIdentity",
     "ModelPair",

@@ -16,7 +16,7 @@ The relay (:mod:`relay_integrations.relay`) drives two of these; a
 from .completion import CompletionRequest, StreamPiece, TokenPrompt
 from .config import EndpointConfig, ModelRole, SamplingConfig, SamplingOverrides
 from .endpoint import Endpoint
-from .errors import InvalidChatError, InvalidHeaderError, RelayError, RenderError
+from .errors import InvalidChatError, InvalidHeaderError, InvalidProxyError, RelayError, RenderError
 from .observer import RequestObserver
 from .rendering import (
     ChatInput,
@@ -35,6 +35,7 @@ __all__ = [
     "EndpointConfig",
     "InvalidChatError",
     "InvalidHeaderError",
+    "InvalidProxyError",
     "JinjaChatTemplate",
     "ModelRole",
     "PromptRenderer",

@@ -24,7 +24,7 @@ from typing import TypeVar
 import aiohttp
 import openai
 
-from ._http import ClosedBeforeAnswer, IncompleteStream
+from ._http import ClientCertificateRefused, ClosedBeforeAnswer, IncompleteStream
 from .config import EndpointConfig, ModelRole
 from .headers import shown_url
 
@@ -46,7 +46,8 @@ def is_outage(failure: BaseException) -> bool:
     not found, none within the connect timeout, lost before an answer), or a 502, 503, 504.
     Not a refused request, a busy server (429), one that accepted the request and was
     slow to answer (the read timeout: it is up, and a probe would say so), nor a
-    :func:`misfit` (TLS, a proxy's refusal, a response that broke HTTP, a URL it cannot use):
+    :func:`misfit` (TLS, a client certificate the server wants, a proxy's refusal, a response
+    that broke HTTP, a URL it cannot use):
     a restart fixes none of those. Nor an answer whose event stream ended short before its
     first piece (:class:`IncompleteStream`, its connection not lost): the server answered,
     and the request is tried again as one whose connection was lost."""
@@ -83,6 +84,8 @@ class Misfit:
     every request meets it until a setting (or what is in between) changes::
 
         the server's TLS certificate failed verification (self-signed certificate)
+        the server requires a TLS client certificate and none was sent (tlsv13 alert
+        certificate required)
     """
 
     what: str
@@ -101,6 +104,18 @@ def misfit(failure: BaseException) -> Misfit | None:
     if not isinstance(failure, openai.APIConnectionError):
         return None
     for error in _chain(failure):
+        if isinstance(error, ClientCertificateRefused):  # mutual TLS, told after the handshake
+            if error.sent:
+                return Misfit(
+                    f"the server refused the TLS client certificate ({error.sign})",
+                    "Set cert to a client certificate the server accepts (signed by a CA it "
+                    "trusts, and not expired).",
+                )
+            return Misfit(
+                f"the server requires a TLS client certificate and none was sent ({error.sign})",
+                "Set cert to the client certificate the server accepts: cert='client.pem' "
+                "(certificate and key in one file), or cert=('client.crt', 'client.key').",
+            )
         if isinstance(error, aiohttp.ClientConnectorCertificateError):
             said = error.certificate_error
             reason = getattr(said, "verify_message", None) or str(said)

@@ -32,6 +32,12 @@ openai.APIError``) expect::
   answer (most often a kept-alive one the server closed while it was idle) raises
   ``APIConnectionError``, and the endpoint's retries (``max_retries``) decide whether it is
   written again; aiohttp repeats only idempotent methods itself.
+- A server that requires a client certificate (mutual TLS) and got none it accepts refuses
+  under TLS 1.3 only after the handshake, on the first read, often with no more than a reset
+  or a close. That is ``APIConnectionError`` caused by :class:`ClientCertificateRefused`,
+  not a connection closed before an answer: told by the TLS alert when one arrived, else by
+  one more connection that sends no request and sees the server close it right after the
+  handshake (:meth:`HttpClient.refuses_client_certificate`).
 - An event stream makes progress only by events: bytes that complete none (comments,
   keep-alives) do not hold off ``read_timeout``.
 """
@@ -81,6 +87,13 @@ TURN_EVERY = 64
 received does not suspend, so a backlog (a reader that fell behind, a server that sent many
 events at once) would otherwise be handed on in one callback, holding every other task of
 the loop for as long as the reader takes over all of it (tens of milliseconds)."""
+CERTIFICATE_LOOK_SECONDS = 1.0
+"""How long :meth:`HttpClient.refuses_client_certificate` waits, past the TLS handshake, for
+the server's session ticket (it took the connection) or its close (it wants a certificate):
+either comes a round trip after the handshake."""
+_CERTIFICATE_ALERTS = ("CERTIFICATE", "UNKNOWN_CA", "ACCESS_DENIED")
+"""Words of the TLS alerts a server ends a connection with over the client's certificate
+(``TLSV13_ALERT_CERTIFICATE_REQUIRED``, ``SSLV3_ALERT_BAD_CERTIFICATE``, ...)."""
 MAX_BODY_BYTES = 32 * 2**20
 """Most bytes of a whole body read (JSON, or an error's), once decompressed: far above what
 vLLM answers (``/tokenize`` of a million-token prompt is about 8 MB), far below what a small
@@ -120,6 +133,19 @@ class ClosedBeforeAnswer(Exception):
     the server closed while it was idle, which a new connection mends at once."""
 
 
+class ClientCertificateRefused(Exception):
+    """The server ended the TLS connection after its handshake for want of a client
+    certificate it accepts (mutual TLS): the cause of an ``APIConnectionError``. ``sent``
+    says whether one was sent (``cert``); ``sign`` is what showed it: the TLS alert, or a
+    close right after the handshake of a connection that sent nothing."""
+
+    def __init__(self, *, sent: bool, sign: str) -> None:
+        refused = "refused the client certificate" if sent else "wants a client certificate"
+        super().__init__(f"the server {refused} ({sign})")
+        self.sent = sent
+        self.sign = sign
+
+
 class HttpClient:
     """One endpoint's connections (one event loop's): an aiohttp session, made on the first
     request, or the endpoint's own ``session_factory``'s."""
@@ -139,6 +165,10 @@ class HttpClient:
         # TLS to the server or to an https:// proxy: its context is made with the first
         # session that needs one (:func:`_tls`)
         self._speaks_tls = parts.scheme == "https" or (self._proxy or "").startswith("https:")
+        # whether the server's TLS is the relay's to look at (refuses_client_certificate)
+        self._looks_at_tls = (
+            parts.scheme == "https" and self._proxy is None and config.session_factory is None
+        )
 
     async def request(
         self,
@@ -159,6 +189,12 @@ class HttpClient:
             response = await self._send(session, method, url, body, headers)
         except (TimeoutError, aiohttp.ClientError, OSError) as failed:
             error, cause = _sdk_error(failed, sent.sdk(), self.config)
+            if isinstance(cause, ClosedBeforeAnswer):
+                refused = await self._certificate_refusal(failed)
+                if refused is not None:
+                    refused.__cause__ = failed
+                    error = openai.APIConnectionError(message=str(refused), request=sent.sdk())
+                    cause = refused
             raise error from cause
         checked = HttpResponse(response, sent, self.config.read_timeout)
         try:
@@ -175,6 +211,44 @@ class HttpClient:
         the relay made (or had ``session_factory`` make) for itself."""
         if self._session is not None:
             await self._session.close()
+
+    async def refuses_client_certificate(self) -> bool:
+        """Whether the server closes a TLS connection right after its handshake, as one that
+        requires a client certificate does when it got none it accepts (TLS 1.3 says so only
+        then): a connection of its own, with the endpoint's TLS (its ``cert``, if set), that
+        sends nothing, and waits at most ``connect_timeout`` for the handshake and
+        :data:`CERTIFICATE_LOOK_SECONDS` past it for what comes. Any other end (a session
+        ticket, the server's first bytes, no connection, a handshake that fails, nothing at
+        all) is False, as is a server behind a proxy or reached by a session of one's own::
+
+            if await client.refuses_client_certificate():
+                ...  # set cert, to a certificate the server accepts
+        """
+        url = yarl.URL(self.config.base_url)
+        if not self._looks_at_tls or url.host is None:
+            return False
+        tls = await _tls(self.config)
+        context = tls if isinstance(tls, ssl.SSLContext) else _unchecked_tls()
+        try:
+            return await _closed_after_handshake(
+                context, url.host, url.port, self.config.connect_timeout
+            )
+        except (OSError, TimeoutError, ValueError):  # no connection, or no handshake
+            return False
+
+    async def _certificate_refusal(self, failed: BaseException) -> ClientCertificateRefused | None:
+        """The refusal over the client certificate that ended `failed` (a connection closed
+        before an answer), if it was one: by its TLS alert, or else by
+        :meth:`refuses_client_certificate`."""
+        sent = self.config.cert is not None
+        alert = _certificate_alert(failed)
+        if alert is not None:
+            return ClientCertificateRefused(sent=sent, sign=alert)
+        if not await self.refuses_client_certificate():
+            return None
+        return ClientCertificateRefused(
+            sent=sent, sign="it closed the connection right after the TLS handshake"
+        )
 
     async def _send(
         self,
@@ -463,6 +537,74 @@ def _tls_context(config: EndpointConfig) -> ssl.SSLContext:
     if config.cert is not None:
         load_client_certificate(context, config.cert)
     return context
+
+
+def _unchecked_tls() -> ssl.SSLContext:
+    """TLS that checks no certificate (``verify=False``), without the system's store."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _certificate_alert(failed: BaseException) -> str | None:
+    """The TLS alert over the client's certificate under `failed`, in words
+    (``tlsv13 alert certificate required``), if one ended its connection."""
+    error: BaseException | None = failed
+    seen: list[BaseException] = []
+    while error is not None and error not in seen:
+        reason = getattr(error, "reason", None) if isinstance(error, ssl.SSLError) else None
+        if reason and "ALERT" in reason and any(word in reason for word in _CERTIFICATE_ALERTS):
+            return str(reason).replace("_", " ").lower()
+        seen.append(error)
+        error = error.__cause__ or error.__context__
+    return None
+
+
+async def _closed_after_handshake(
+    context: ssl.SSLContext, host: str, port: int | None, connect_timeout: float
+) -> bool:
+    """Whether the server at `host`:`port` closes a TLS 1.3 connection right after its
+    handshake, which the client does with `context` (within `connect_timeout`, as the
+    connection) and then sends nothing: a close, a reset or a certificate alert before any
+    session ticket or byte of data. TLS is done here in memory, not by the stream, so that a
+    session ticket, which a server sends once it took the connection, is seen as it arrives."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    session = context.wrap_bio(incoming, outgoing, server_hostname=host)
+    handshaken = False
+    async with asyncio.timeout(connect_timeout) as bound:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            while True:
+                try:
+                    if not handshaken:
+                        session.do_handshake()
+                        handshaken = True
+                        if session.version() != "TLSv1.3":  # earlier ones refuse in it
+                            return False
+                        bound.reschedule(
+                            asyncio.get_running_loop().time() + CERTIFICATE_LOOK_SECONDS
+                        )
+                    session.read(1)
+                    return False  # data: the server speaks first, and took the connection
+                except ssl.SSLWantReadError:
+                    if handshaken and session.session is not None and session.session.has_ticket:
+                        return False
+                except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+                    return handshaken
+                except ssl.SSLError as refused:
+                    return handshaken and _certificate_alert(refused) is not None
+                writer.write(outgoing.read())
+                try:
+                    received = await reader.read(65536)
+                except ConnectionResetError:
+                    return handshaken
+                if received:
+                    incoming.write(received)
+                else:
+                    incoming.write_eof()
+        finally:
+            writer.close()
 
 
 def _sdk_error(

@@ -12,7 +12,16 @@ changed silently is a secret no one can check::
     check_header("extra_headers['x-team']", "x-team", "a")  # fine
     check_header("extra_headers['Host']", "Host", "a")      # InvalidHeaderError: ... frames
     check_url_text("base_url", "http://gpu:8000/v1\\n")      # ValueError: ... line break
-    check_proxy_url("socks5://127.0.0.1:1080", "proxy")      # ValueError: ... session_factory
+    check_proxy_url("socks5://127.0.0.1:1080", "proxy")      # InvalidProxyError: ... SOCKS
+
+A proxy of the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``) is checked as the
+``proxy`` setting is, when an endpoint is made: a value the HTTP client cannot use is an
+:class:`InvalidProxyError` naming the variable and the fix::
+
+    os.environ["HTTPS_PROXY"] = "http://relay:s3cret@:3128"
+    environment_proxy("https://gpu:8000/v1")
+    # InvalidProxyError: the environment's HTTPS_PROXY: 'http://relay:**********@:3128' is
+    # not a proxy URL the HTTP client reads (a host, and a port that is a number): ...
 
 A header value may be a credential (``Authorization``, ``X-Api-Key``, a cookie), and so may a
 URL's password: messages never repeat them, and :func:`shown_url` is a URL as it may be
@@ -23,6 +32,7 @@ printed::
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
 import urllib.parse
@@ -31,7 +41,7 @@ from collections.abc import Mapping
 
 import yarl
 
-from .errors import InvalidHeaderError
+from .errors import InvalidHeaderError, InvalidProxyError
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 """RFC 9110's token: what a header name is made of."""
@@ -59,6 +69,8 @@ the request to another site behind the same address."""
 HIDDEN = "**********"
 """What a secret is shown as (as pydantic shows a ``SecretStr``)."""
 _NETLOC_END = re.compile(r"[/?#]")
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+"""A URL's scheme, as RFC 3986 spells one, and its ``://``."""
 
 
 def shown_url(url: str) -> str:
@@ -134,13 +146,22 @@ def check_url_text(where: str, url: str) -> None:
     """Refuse a URL holding a control character or whitespace (a line break, a tab, a
     space, U+2028, a zero-width character): urllib drops some of them silently and yarl
     quotes others, so the URL requested would not be the one given."""
+    problem = _text_problem(url)
+    if problem is not None:
+        raise ValueError(f"{where}: {shown_url(url)!r} {problem}")
+
+
+def _text_problem(url: str, secret_before: int = 0) -> str | None:
+    """What in `url` a URL cannot carry as it is (:func:`check_url_text`), or None; where it
+    is, unless that is before `secret_before` (in a password, whose length is not shown)."""
     for position, char in enumerate(url):
         if char.isspace() or unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp", "Zs"):
-            raise ValueError(
-                f"{where}: {shown_url(url)!r} holds {_kind(char)} at position {position}, "
-                "which a URL cannot carry as it is: remove it (or percent-encode it, if it "
-                "is meant)"
+            place = "in its user info" if position < secret_before else f"at position {position}"
+            return (
+                f"holds {_kind(char)} {place}, which a URL cannot carry as it is: remove it "
+                "(or percent-encode it, if it is meant)"
             )
+    return None
 
 
 def _kind(char: str) -> str:
@@ -154,43 +175,91 @@ def _kind(char: str) -> str:
 
 
 def check_proxy_url(url: str, where: str) -> None:
-    """Refuse a proxy the relay would not speak to as its scheme says (only HTTP proxies:
-    ``http://``, and ``https://`` for TLS to the proxy), or whose URL the HTTP client
-    would not read as given (no host, whitespace, control characters)."""
-    check_url_text(where, url)
-    shown = shown_url(url)
-    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    """Refuse (:class:`InvalidProxyError`) a proxy the relay would not speak to as its scheme
+    says (only HTTP proxies: ``http://``, and ``https://`` for TLS to the proxy), or whose
+    URL the HTTP client would not read as given (no host, a port that is not a number,
+    whitespace, control characters)."""
+    shown = _shown_proxy(url)
+    problem = _text_problem(url, secret_before=url.rfind("@"))
+    if problem is not None:
+        raise InvalidProxyError(f"{where}: {shown!r} {problem}")
+    named = _SCHEME.match(url)
+    scheme = named.group(1).lower() if named else ""
     if scheme.startswith("socks"):
-        raise ValueError(
+        raise InvalidProxyError(
             f"{where}: {shown!r} is a SOCKS proxy, which the relay's HTTP client does not speak "
             "(sending through it as an HTTP proxy would be wrong, and unencrypted): give the "
             "endpoint a session_factory whose connector does, e.g. aiohttp-socks' "
             "ProxyConnector.from_url(...)"
         )
     if scheme not in ("http", "https"):
-        raise ValueError(f"{where}: {shown!r} is not an http:// or https:// proxy URL")
+        raise InvalidProxyError(
+            f"{where}: {shown!r} is not an http:// or https:// proxy URL: write e.g. "
+            "'http://proxy:3128' (https:// for TLS to the proxy)"
+        )
     try:
         host = yarl.URL(url).host  # as the HTTP client reads it
-    except ValueError:  # no host, a port that is not a number, ...
+    except ValueError:  # no host, a port that is not a number, a bracket never closed, ...
         host = None
     if not host:
-        raise ValueError(
-            f"{where}: {shown!r} is not a proxy URL the HTTP client reads (a host, and a "
-            "port that is a number): write e.g. 'http://proxy:3128'"
+        credentials = (
+            ", with a user name and password percent-encoded (urllib.parse.quote: a ':', '/', "
+            "'?', '#' or '@' in them ends them early)"
+            if "@" in url
+            else ""
         )
+        raise InvalidProxyError(
+            f"{where}: {shown!r} is not a proxy URL the HTTP client reads (a host, and a "
+            f"port that is a number): write e.g. 'http://proxy:3128'{credentials}"
+        )
+
+
+def _shown_proxy(url: str) -> str:
+    """`url` as a message about it may show it, however malformed: what stands between its
+    scheme and its last ``@`` hidden as a password (the user name before it kept), even
+    where the URL's own parse would end its user info sooner (a password holding ``/``,
+    ``#`` or ``?``, not percent-encoded)."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        scheme, rest = "", url
+    userinfo, at, host = rest.rpartition("@")
+    if not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    shown_user = f"{user}:{HIDDEN}" if colon and not _NETLOC_END.search(user) else HIDDEN
+    return f"{scheme}{separator}{shown_user}@{host}"
 
 
 def environment_proxy(url: str) -> str | None:
     """The proxy the environment names for `url` (``HTTP_PROXY`` / ``HTTPS_PROXY`` /
-    ``ALL_PROXY``, unless ``NO_PROXY`` covers its host), checked as :func:`check_proxy_url`
-    checks; None for none."""
+    ``ALL_PROXY``, or their lower-case names, unless ``NO_PROXY`` covers its host), checked
+    as :func:`check_proxy_url` checks (an :class:`InvalidProxyError` names the variable);
+    None for none."""
     parts = urllib.parse.urlsplit(url)
     proxies = urllib.request.getproxies_environment()
-    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    key = parts.scheme if parts.scheme in proxies else "all"
+    proxy = proxies.get(key)
     bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
     if not proxy or bypass(parts.hostname or "", proxies):
         return None
-    proxy = proxy if "://" in proxy else f"http://{proxy}"
-    variable = f"{parts.scheme.upper()}_PROXY" if parts.scheme in proxies else "ALL_PROXY"
-    check_proxy_url(proxy, f"the environment's {variable}")
-    return proxy
+    variable = _variable_of(key, proxy)
+    given = proxy if "://" in proxy else f"http://{proxy}"
+    try:
+        check_proxy_url(given, f"the environment's {variable}")
+    except InvalidProxyError as refused:
+        raise InvalidProxyError(
+            f"{refused}; or unset {variable}, or set trust_env=False for this endpoint not "
+            "to take proxies from the environment"
+        ) from None
+    return given
+
+
+def _variable_of(key: str, value: str) -> str:
+    """The environment variable `value` of the proxies for `key` (``https``, ``all``) came
+    from: ``https_proxy`` before ``HTTPS_PROXY``, as urllib reads them."""
+    lower = f"{key}_proxy"
+    named = [name for name, given in os.environ.items() if name.lower() == lower]
+    for name in sorted(named, key=lambda name: name != lower):
+        if os.environ[name] == value:
+            return name
+    return lower.upper()

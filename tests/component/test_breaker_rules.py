@@ -9,14 +9,18 @@ parser errors):
   others pass opens nothing;
 - open, it lets one request through as the half-open trial every ``probe_interval``: its
   success closes it, its failure re-opens it, the others fail at once;
-- a probe counts like a request; a TLS failure, a proxy's refusal, a response that broke HTTP
-  and a URL aiohttp cannot use are named as what they are, and neither retried nor counted.
+- a probe counts like a request; a TLS failure (a client certificate the server requires,
+  missing or refused, among them), a proxy's refusal, a response that broke HTTP and a URL
+  aiohttp cannot use are named as what they are, and neither retried nor counted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import ssl
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -40,6 +44,7 @@ from relay_integrations.upstream.endpoint import (
     UpstreamErrorEvent,
     UpstreamFailure,
 )
+from relay_integrations.upstream.errors import RelayError
 from tests.component.test_http import (  # noqa: F401  (tls_files: a fixture)
     read_request,
     server_tls,
@@ -537,3 +542,143 @@ async def test_a_failure_that_is_not_an_outage_is_named_and_opens_nothing(
     assert "cannot reach" not in failure.detail
     assert "attempts over" not in failure.detail  # not retried: each attempt would meet it
     assert not re.search(r"127\.0\.0\.1|http://|https://", failure.reason)  # no address
+
+
+# --- a server that requires a client certificate ------------------------------------------------
+
+
+CLIENT_CERTIFICATE_REFUSALS = {
+    # Python's TLS (vLLM's own server, with --ssl-cert-reqs 2): no alert; the connection is
+    # reset under the request (on loopback), or closed (over a network, where the request
+    # arrives with the handshake's end); the relay looks once more, with a connection that
+    # sends no request, to tell that from a server that is out
+    "python-reset": 2,
+    "python-closed": 2,
+    # servers that send the TLS alert ("certificate required", "unknown CA") before they
+    # close, as OpenSSL's and BoringSSL's own do (HAProxy, Envoy)
+    "alert": 1,
+}
+"""How a TLS 1.3 server refuses a client that sent no certificate, or one it does not trust
+(after the handshake, on the client's first read), and the connections it sees per
+request."""
+
+
+@asynccontextmanager
+async def requiring_a_client_certificate(
+    how: str, certificates: dict[str, Path]
+) -> AsyncIterator[tuple[str, list[str]]]:
+    """An https server that requires a client certificate its CA signed, refusing any other
+    as `how` says; yields its origin and the connections it took."""
+    tls = server_tls(certificates, client_certificates=True)
+    connections: list[str] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(how)
+        if how == "python-reset":
+            await writer.start_tls(tls)  # asyncio's TLS server, as uvicorn's
+            return
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        session = tls.wrap_bio(incoming, outgoing, server_side=True)
+        while True:
+            try:
+                session.do_handshake()
+                return  # a certificate it trusts was sent: not this server's case
+            except ssl.SSLWantReadError:
+                writer.write(outgoing.read())
+                if not (received := await reader.read(65536)):
+                    return
+                incoming.write(received)
+            except ssl.SSLError:  # no certificate, or an untrusted one: OpenSSL wrote the alert
+                break
+        alert = outgoing.read()
+        if how == "alert":
+            writer.write(alert)
+        with contextlib.suppress(TimeoutError):  # read what came (the request): a close,
+            async with asyncio.timeout(0.2):  # not a reset
+                while await reader.read(65536):
+                    pass
+        writer.close()
+
+    async with serving(handler) as origin:
+        yield origin.replace("http://", "https://"), connections
+
+
+@pytest.fixture(scope="module")
+def untrusted_client(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A client certificate and its key, signed by no CA the server trusts (itself)."""
+    folder = tmp_path_factory.mktemp("untrusted")
+    certificate, key = folder / "client.pem", folder / "client-key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=stranger", "-keyout", str(key), "-out", str(certificate)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return str(certificate), str(key)
+
+
+@pytest.mark.parametrize("call", [tokenize, complete], ids=["json", "stream"])
+@pytest.mark.parametrize("how", list(CLIENT_CERTIFICATE_REFUSALS))
+@pytest.mark.parametrize("cert", ["none", "untrusted"])
+async def test_a_client_certificate_missing_or_refused_is_named_and_neither_retried_nor_an_outage(
+    cert: str,
+    how: str,
+    call: Any,
+    certificates: dict[str, Path],
+    untrusted_client: tuple[str, str],
+    no_proxies: pytest.MonkeyPatch,
+) -> None:
+    """Before, a server that wants a client certificate read as one that "closed the
+    connection before answering": retried, counted as an outage, and the breaker opened."""
+    fields: dict[str, Any] = {"verify": str(certificates["ca"]), "max_retries": 2}
+    if cert == "untrusted":
+        fields["cert"] = untrusted_client
+    async with (
+        requiring_a_client_certificate(how, certificates) as (origin, connections),
+        endpoint(origin, failures_to_open=1, **fields) as small,
+    ):
+        for sent in (1, 2):  # sent again: the breaker did not open
+            with pytest.raises(RelayError) as caught:
+                await call(small)
+            assert isinstance(caught.value, UpstreamFailure)  # the relay's error, named
+            failure = caught.value
+            assert not not_sent(failure) and not failure.outage
+            assert not small.availability.down
+            # one attempt: not retried as a connection lost before an answer
+            assert len(connections) == sent * CLIENT_CERTIFICATE_REFUSALS[how]
+    said = (
+        "the server requires a TLS client certificate and none was sent"
+        if cert == "none"
+        else "the server refused the TLS client certificate"
+    )
+    assert said in failure.detail and failure.reason.startswith(said)
+    assert "Set cert to" in failure.detail and "; 1 attempt." in failure.detail
+    assert "closed the connection before answering" not in failure.detail
+    assert not re.search(r"127\.0\.0\.1|http://|https://", failure.reason)  # no address
+
+
+async def test_an_https_server_that_drops_requests_is_still_an_outage(
+    certificates: dict[str, Path], no_proxies: pytest.MonkeyPatch
+) -> None:
+    """A server that takes the TLS connection (no client certificate wanted) and then drops
+    each request is out, however the relay looked at it: retried, and counted."""
+    requests: list[str] = []
+
+    async def dropping(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        line, _, _ = await read_request(reader)
+        requests.append(line)
+        writer.transport.abort()
+
+    ca = str(certificates["ca"])
+    async with (
+        serving(dropping, server_tls(certificates)) as origin,
+        endpoint(origin, verify=ca, failures_to_open=1, max_retries=1) as small,
+    ):
+        with pytest.raises(UpstreamFailure) as caught:
+            await tokenize(small)
+        assert caught.value.outage and small.availability.down
+    assert len(requests) == 2  # retried
+    assert "closed the connection before answering" in caught.value.detail
+    assert "certificate" not in caught.value.detail

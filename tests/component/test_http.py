@@ -3,8 +3,8 @@ exactly the bytes each test needs: events split anywhere and in every line-end s
 connections the server closed, stalls, error statuses, redirects and pages that are not
 vLLM's, compressed bodies, an endless header, IPv6, header values that must not be sent,
 proxies (plain, through the environment, authenticating CONNECT tunnels, TLS to the proxy,
-SOCKS refused), TLS with a CA made here (verify by path, mutual TLS) and idle connections
-that expire."""
+SOCKS and malformed ones refused), TLS with a CA made here (verify by path, mutual TLS) and
+idle connections that expire."""
 
 from __future__ import annotations
 
@@ -27,10 +27,11 @@ import openai
 import pytest
 
 from relay_integrations.relay import EndpointError, RelayConfig, RelaySwitcher
-from relay_integrations.upstream import _http
+from relay_integrations.upstream import InvalidProxyError, _http
 from relay_integrations.upstream._http import HttpClient, ReadTimeout
 from relay_integrations.upstream.config import EndpointConfig
 from relay_integrations.upstream.endpoint import Endpoint, UpstreamFailure
+from relay_integrations.upstream.errors import RelayError
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -505,8 +506,62 @@ def test_a_socks_proxy_is_refused_with_what_to_use(
         return
     no_proxies.setenv(where, "socks5h://p:1080")
     config = EndpointConfig(base_url="https://gpu:8000/v1", model="m")
-    with pytest.raises(ValueError, match=f"the environment's {where}.*SOCKS proxy"):
+    with pytest.raises(InvalidProxyError, match=f"the environment's {where}.*SOCKS proxy"):
         HttpClient(config)
+
+
+BAD_PROXIES = {
+    "no-host": ("http://:8080", "is not a proxy URL the HTTP client reads (a host"),
+    "a-port-not-a-number": ("http://proxy:port-not-a-number", "a port that is a number"),
+    "no-scheme-it-speaks": ("ht!tp://x", "is not an http:// or https:// proxy URL"),
+    "a-space": ("http://proxy host:3128", "holds a space at position 12"),
+    "a-line-break": ("http://proxy:3128\n", "U+000A (a line break) at position 17"),
+    "a-control-character": ("http://pro\x01xy:3128", "the control character U+0001"),
+    "credentials-and-no-host": ("http://relay:s3cret-pw@", "is not a proxy URL"),
+    "no-host-after-credentials": ("http://relay:s3cret-pw@:3128", "is not a proxy URL"),
+    "a-password-not-percent-encoded": ("http://relay:s3cr#t/pw@proxy:3128", "percent-encoded"),
+    "a-space-in-the-password": ("http://relay:s3cret pw@proxy:3128", "a space in its user info"),
+    "a-bracket-never-closed": ("http://[::1:3128", "is not a proxy URL"),
+}
+
+
+@pytest.mark.parametrize("where", ["HTTP_PROXY", "https_proxy", "ALL_PROXY"])
+@pytest.mark.parametrize(("value", "said"), BAD_PROXIES.values(), ids=list(BAD_PROXIES))
+def test_a_malformed_proxy_of_the_environment_is_refused_naming_it_and_the_fix(
+    no_proxies: pytest.MonkeyPatch, where: str, value: str, said: str
+) -> None:
+    """Refused when the endpoint is made (nothing sent: a setting to fix, not a server that
+    is out), as the relay's own error, never a password in it."""
+    no_proxies.setenv(where, value)
+    scheme = "http" if where == "HTTP_PROXY" else "https"
+    config = EndpointConfig(base_url=f"{scheme}://gpu:8000/v1", model="m")
+    with pytest.raises(InvalidProxyError) as refused:
+        Endpoint(config, "large")
+    error = refused.value
+    assert isinstance(error, RelayError) and isinstance(error, ValueError)
+    message = str(error)
+    assert message.startswith(f"the environment's {where}: ") and said in message
+    assert f"unset {where}, or set trust_env=False" in message
+    assert "s3cr" not in message and "s3cr" not in repr(error)
+    assert "relay:**********@" in message or "@" not in value
+    Endpoint(config.model_copy(update={"trust_env": False}), "large")  # not taken: no error
+
+
+def test_a_malformed_proxy_of_the_environment_stops_the_relay_before_any_request(
+    no_proxies: pytest.MonkeyPatch,
+) -> None:
+    no_proxies.setenv("HTTPS_PROXY", "http://relay:s3cret@proxy:port")
+    endpoint = EndpointConfig(base_url="https://gpu:8000/v1", model="m")
+    with pytest.raises(InvalidProxyError, match=r"HTTPS_PROXY: 'http://relay:\*+@proxy:port'"):
+        RelaySwitcher(RelayConfig(large=endpoint, small=endpoint, cues=["Now"]))
+
+
+def test_a_malformed_proxy_setting_names_the_fix_and_hides_the_password() -> None:
+    with pytest.raises(ValueError, match=r"proxy: 'http://relay:\*+@proxy:3128'") as refused:
+        EndpointConfig(
+            base_url="https://gpu:8000/v1", model="m", proxy="http://relay:s3cr#t@proxy:3128"
+        )
+    assert "s3cr" not in str(refused.value) and "percent-encoded" in str(refused.value)
 
 
 @pytest.fixture(scope="module")
@@ -569,7 +624,9 @@ async def test_https_verified_by_a_ca_bundle_path_and_refused_without_it(
         await untrusted.aclose()
 
 
-async def test_mutual_tls_with_a_client_certificate(tls_files: dict[str, Path]) -> None:
+async def test_mutual_tls_with_a_client_certificate(
+    tls_files: dict[str, Path], no_proxies: pytest.MonkeyPatch
+) -> None:
     async with serving(stream_server, server_tls(tls_files, client_certificates=True)) as origin:
         certified = client(
             origin,
@@ -579,9 +636,11 @@ async def test_mutual_tls_with_a_client_certificate(tls_files: dict[str, Path]) 
         assert (await events_of(certified))[-1] == b"[DONE]"
         await certified.aclose()
         anonymous = client(origin, verify=str(tls_files["ca"]))
-        with pytest.raises(openai.APIConnectionError):
+        with pytest.raises(openai.APIConnectionError, match="wants a client certificate"):
             await events_of(anonymous)
+        assert await anonymous.refuses_client_certificate()
         await anonymous.aclose()
+        assert not await certified.refuses_client_certificate()  # it takes this one
 
 
 async def test_https_through_an_authenticating_connect_proxy(

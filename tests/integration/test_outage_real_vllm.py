@@ -4,20 +4,25 @@ The small one: the generation finishes on the large model with the whole forced 
 ran degraded, and the next generation goes to the large model at once (the small server is
 known down). The large one, in the last sentence of the reasoning, and started again: the
 generation waits for it, resumes where its stream broke, and ends with the text of the same
-seed's fault-free run. Each server is started again after its test."""
+seed's fault-free run: the reasoning forced, the answer the model's own after it (greedy), so
+a resume that changed what the model saw would show in the answer. Each server is started
+again after its test."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from relay_integrations.relay import RelayDone, RelayResult, RelaySwitcher, TextDelta
-from relay_integrations.testing import forced
+from relay_integrations.relay import ModelRole, RelayDone, RelayResult, RelaySwitcher, TextDelta
+from relay_integrations.relay.config import Phase
+from relay_integrations.testing import forced, forcing, hooked
 
 from .conftest import Server
+from .oracle import WORDS
 from .test_relay_real_vllm import QUESTION, qwen_config
 from .test_router_real_vllm import LONG_TRACE, servers_script
 
@@ -30,10 +35,17 @@ LARGE_SERVER = "qwen3-large"
 LAST_SENTENCE = " ".join(
     f"Check {i}: the parts add up to the running total." for i in range(10)
 )  # some 120 forced tokens (a few seconds on CPU): the kill lands inside it
-END_TRACE = (
-    "<think>\nLet me add the parts. Therefore, the sum is 12. "
-    f"{LAST_SENTENCE}\n</think>\n\nThe answer is 12."
+END_REASONING = (
+    f"<think>\nLet me add the parts. Therefore, the sum is 12. {LAST_SENTENCE}\n</think>"
 )
+
+
+def reasoning_then_words(role: ModelRole, phase: Phase, transcript: str) -> dict[str, Any]:
+    """The reasoning forced; the answer the model's own, in words (a random model left free
+    writes the end marker over and over)."""
+    if phase == "answer":
+        return {"structured_outputs": {"regex": "\n\n" + WORDS}}
+    return dict(forcing(END_REASONING, answer=False)(role, phase, transcript))
 
 
 @pytest.fixture
@@ -102,11 +114,13 @@ async def test_the_large_vllm_killed_at_the_end_of_the_reasoning_the_text_is_the
 ) -> None:
     config = qwen_config(qwen_large, qwen_small)
     large = config.large.model_copy(update={"probe_interval": 0.5})
-    config = config.model_copy(update={"large": large})
+    greedy = config.sampling.model_copy(update={"temperature": 0.0})
+    config = config.model_copy(update={"large": large, "sampling": greedy})
     caplog.set_level(logging.WARNING, logger="relay_integrations")
     async with asyncio.timeout(300), RelaySwitcher(config) as relay:
-        fault_free = await forced(relay, END_TRACE).generate(QUESTION)
-        assert fault_free.text == END_TRACE
+        fault_free = await hooked(relay, reasoning_then_words).generate(QUESTION)
+        assert fault_free.text.startswith(END_REASONING), fault_free.text
+        assert fault_free.answer.strip(), "the model wrote no answer to compare"
 
         async def kill_then_start() -> None:
             await asyncio.to_thread(servers_script, "kill", LARGE_SERVER)
@@ -117,7 +131,7 @@ async def test_the_large_vllm_killed_at_the_end_of_the_reasoning_the_text_is_the
         restart: asyncio.Task[None] | None = None
         result: RelayResult | None = None
         small_wrote = False
-        async for event in forced(relay, END_TRACE).stream(QUESTION):
+        async for event in hooked(relay, reasoning_then_words).stream(QUESTION):
             if isinstance(event, TextDelta):
                 small_wrote = small_wrote or event.model == "small"
                 if small_wrote and event.model == "large" and restart is None:
@@ -129,7 +143,7 @@ async def test_the_large_vllm_killed_at_the_end_of_the_reasoning_the_text_is_the
     assert large_restarted == ["killed", "started"]
     assert result is not None
     assert result.text == fault_free.text  # nothing lost, nothing doubled at the boundary
-    assert result.finish_reason == fault_free.finish_reason == "stop"
+    assert result.finish_reason == fault_free.finish_reason
     assert result.stats.resumes >= 1 or any(
         "waiting up to" in r.getMessage() for r in caplog.records
     )
