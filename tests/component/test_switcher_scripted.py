@@ -178,7 +178,8 @@ async def test_a_stream_broken_beyond_its_resumes_names_the_url_and_keeps_the_te
     """The large model's stream cut after a few tokens, again and again: after the resumes the
     policy allows, the error names the server, the attempts and what to check, and the text
     written so far (including what the stream had not released yet) is in ``partial``."""
-    large = ScriptedModel("large", TRACE, faults=[Fault()] + [Fault(cut_after=3)] * 3)
+    # a token a request: no cut lands inside a cue (a resumed request would end at the cue)
+    large = ScriptedModel("large", TRACE, faults=[Fault()] + [Fault(cut_after=1)] * 3)
     small = ScriptedModel("small", TRACE)
     async with ScriptedVLLM(large, small) as server:
         relay = RelaySwitcher(make_config(server, max_resumes=2, cooldown_tokens=0))
@@ -194,7 +195,7 @@ async def test_a_stream_broken_beyond_its_resumes_names_the_url_and_keeps_the_te
     assert "Check the large vLLM server's log" in message and "max_resumes" in message
     partial = caught.value.partial
     assert partial is not None and partial.finish_reason == "error"
-    # the first turn, the small model's sentence, then 3 x 3 tokens of the large model's second
+    # the first turn, the small model's sentence, then 3 tokens of the large model's second
     assert partial.text.startswith("<think>\nLet me see. Therefore, the sum is 4.")
     assert TRACE.startswith(partial.text) and len(partial.text) > len("".join(streamed)) > 0
     assert partial.reasoning.startswith("".join(streamed).strip())
