@@ -66,7 +66,7 @@ class ChatRequest:
 
     @property
     def offered_tools(self) -> list[dict[str, Any]]:
-        """The tools the chat template shows the model (none with ``tool_choice='none'``)."""
+        """The tools the model may call (none with ``tool_choice='none'``)."""
         return [] if self.tool_choice == "none" else list(self.tools)
 
     @property
@@ -100,12 +100,14 @@ class ChatRequest:
         return {"json": answer_schema} if answer_schema is not None else None
 
     def relay_request(self) -> RelayRequest:
-        """The relay generation this turn asks for: the tools the template shows, the answer
-        constrained as :meth:`answer_constraint` says."""
+        """The relay generation this turn asks for: the tools the template shows (all that
+        are given), the answer constrained as :meth:`answer_constraint` says."""
         constraint = self.answer_constraint()
         return RelayRequest(
             self.messages,
-            tools=self.offered_tools,
+            # shown to the model whatever the choice, as vLLM's chat endpoint shows them
+            # (unless it runs with --exclude-tools-when-tool-choice-none)
+            tools=list(self.tools),
             chat_template_kwargs=self.chat_template_kwargs,
             sampling=self.sampling,
             stop=self.stop,
@@ -222,7 +224,7 @@ async def stream_chat(
             result = event.result
     assert result is not None, "a relay stream always ends with RelayDone"
     last_model = result.segments[-1].model if result.segments else "large"
-    if forced:
+    if forced and "".join(forced_json).strip():  # nothing written (a stop at once): no call
         call = replace(_forced_call("".join(forced_json), result), id=forced_id)
         for chat_event in answer.add([call], last_model):
             yield chat_event

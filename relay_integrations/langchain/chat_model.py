@@ -481,15 +481,15 @@ def _parsed(response: ChatResponse, response_format: Any) -> Any:
     """What ``ChatOpenAI`` puts in ``additional_kwargs["parsed"]``: the answer as an instance
     of a pydantic class given as ``response_format``; None for a schema given as a dict or a
     TypedDict, and for an answer that is tool calls. An answer that is not an instance
-    raises, with the answer's text in the error; so does an answer to any JSON schema that
-    the token limit cut (``ChatOpenAI`` raises ``openai.LengthFinishReasonError`` there)."""
+    raises, with the answer's text in the error; so does an answer to any response format
+    (a JSON schema, a JSON object) that the token limit cut (``ChatOpenAI`` raises
+    ``openai.LengthFinishReasonError`` there)."""
     if response.tool_calls:
         return None
-    schema_given = isinstance(_response_format(response_format), JsonSchemaFormat)
-    if schema_given and response.finish_reason == "length":
+    if response.finish_reason == "length" and _response_format(response_format) is not None:
         raise OutputParserException(
             "the answer was cut off by the token limit before its JSON ended, so it does not "
-            "follow the response_format's schema: raise max_tokens",
+            "follow the response_format: raise max_tokens",
             llm_output=response.content,
         )
     if not (isinstance(response_format, type) and is_basemodel_subclass(response_format)):

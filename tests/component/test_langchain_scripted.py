@@ -104,12 +104,14 @@ def get_time(zone: str) -> str:
     return "noon"
 
 
-async def test_tool_choice_none_shows_the_model_no_tools(server: ScriptedVLLM) -> None:
+async def test_tool_choice_none_shows_the_tools_and_takes_no_call(server: ScriptedVLLM) -> None:
+    """As vLLM's chat endpoint: the template shows the tools, the answer is text (whatever
+    it holds), no call is parsed from it."""
     llm = model(server).bind_tools([get_weather], tool_choice="none")
     message = await llm.ainvoke("What is the weather in Paris?")
     assert message.tool_calls == [] and message.text
     rendered = [r["prompt"] for r in server.models["large"].requests]
-    assert all("<tools>" not in prompt for prompt in rendered)
+    assert all("<tools>" in prompt for prompt in rendered)
 
 
 async def test_parallel_calls_can_be_limited_to_one(server: ScriptedVLLM) -> None:

@@ -21,6 +21,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict
+
 NO_THINKING = {"enable_thinking": False}
 WORDS = r"[a-z]{1,7}( [a-z]{1,7}){8,40}\."
 """A grammar for answers with spaces (a random model's own text has few), so that a stop
@@ -43,7 +45,8 @@ ON_PURPOSE: Mapping[str, str] = {
     "the relay's result), and the finish reason is in additional_kwargs",
     "llama_index stream usage": "OpenAILike's streamed responses carry no token counts; the "
     "relay's last one does",
-    "named tool_choice": "vLLM's chat endpoint constrains a forced call's arguments alone; the "
+    "forced tool call": "vLLM's chat endpoint constrains a forced call's arguments alone (a "
+    "named tool, or any with tool_choice required); the "
     "relay constrains the whole <tool_call> block as the model's template writes it, so the "
     "model writes the arguments after another prefix: same tool, both valid, not the same text",
 }
@@ -60,8 +63,12 @@ LIMITS: Mapping[str, str] = {
 
 ServerName = Literal["tuned", "stock"]
 Shape = Literal["user", "system", "named", "blocks", "history"]
-Tools = Literal["none", "auto", "named"]
-Format = Literal["none", "json_schema", "json_object", "words"]
+Tools = Literal["none", "auto", "named", "required", "off"]
+"""Tools given, and the tool choice: none given; "auto"; a call to the named tool; a call to
+any ("required"); no call ("off": ``tool_choice="none"``)."""
+Format = Literal["none", "json_schema", "json_object", "words", "model"]
+"""The answer's format: free; a JSON schema or object (``response_format``); the words grammar;
+a pydantic model, parsed (LangChain's ``with_structured_output``, OpenAI's ``parse``)."""
 
 SHAPES: dict[Shape, list[dict[str, Any]]] = {
     "user": [{"role": "user", "content": "What is the capital of France?"}],
@@ -109,6 +116,16 @@ WEATHER_TOOL = {
         },
     },
 }
+
+
+class CityAnswer(BaseModel):
+    """The ``"model"`` format's answer, parsed by each surface."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    city: str
+    sunny: bool
+
 
 ANSWER_SCHEMA = {
     "type": "object",
@@ -168,7 +185,12 @@ class Case:
     def tool_choice(self) -> Any:
         if self.tools == "named":
             return {"type": "function", "function": {"name": "get_weather"}}
-        return "auto" if self.tools == "auto" else None
+        return {"auto": "auto", "required": "required", "off": "none"}.get(self.tools)
+
+    @property
+    def forced_call(self) -> bool:
+        """Whether the answer must be a tool call (ON_PURPOSE["forced tool call"])."""
+        return self.tools in ("named", "required")
 
 
 def stop_list(case: Case, unstopped_text: str) -> list[str]:
@@ -197,8 +219,10 @@ class Matrix:
     cases: list[Case] = field(default_factory=list)
 
     def add(self, case: Case) -> None:
-        if case.max_tokens < 8 and case.format in ("json_schema", "json_object"):
+        if case.max_tokens < 8 and case.format in ("json_schema", "json_object", "model"):
             return  # a JSON answer cut at a few tokens is a parse error on both sides
+        if case.format == "model" and case.stream:
+            return  # a parsed answer is compared whole (its stream is partial parses)
         if case.tools != "none" and (case.server != "tuned" or case.format != "none"):
             return  # tools need a server with a tool parser (the tuned one)
         if case.server == "stock" and case.stops > 4 and case.format.startswith("json"):
@@ -225,9 +249,9 @@ def matrix(size: int = 48, seed: int = 0) -> Matrix:
         cases.add(replace(plain, shape=shape))
     for max_tokens in (1, 2, 7, 200):
         cases.add(replace(plain, max_tokens=max_tokens, stops=5))
-    for tools in ("auto", "named"):
+    for tools in ("auto", "named", "required", "off"):
         cases.add(replace(plain, tools=tools))
-    for answer_format in ("json_schema", "json_object", "words"):
+    for answer_format in ("json_schema", "json_object", "words", "model"):
         cases.add(replace(plain, format=answer_format))
     cases.add(replace(plain, seed=7))
     draw = random.Random(seed)
@@ -238,8 +262,10 @@ def matrix(size: int = 48, seed: int = 0) -> Matrix:
                 shape=draw.choice(list(SHAPES)),
                 stops=draw.randint(0, MAX_STOPS),
                 max_tokens=draw.choice((1, 5, 24, 64)),
-                tools=draw.choice(("none", "none", "auto", "named")),
-                format=draw.choice(("none", "json_schema", "json_object", "words", "words")),
+                tools=draw.choice(("none", "none", "auto", "named", "required", "off")),
+                format=draw.choice(
+                    ("none", "json_schema", "json_object", "words", "words", "model")
+                ),
                 seed=draw.choice((None, None, 11)),
             )
         )

@@ -41,7 +41,17 @@ from relay_integrations.upstream.config import ModelRole
 from tests.fakes.relay_http import ServedRelay, relay_http
 
 from .conftest import Server
-from .oracle import MAX_STOPS, NO_THINKING, SHAPES, WEATHER_TOOL, WORDS, Case, matrix, stop_list
+from .oracle import (
+    MAX_STOPS,
+    NO_THINKING,
+    SHAPES,
+    WEATHER_TOOL,
+    WORDS,
+    Case,
+    CityAnswer,
+    matrix,
+    stop_list,
+)
 
 pytestmark = pytest.mark.vllm
 
@@ -140,6 +150,8 @@ def _bound(model: Any, case: Case) -> Any:
         model = model.bind_tools([WEATHER_TOOL], tool_choice=case.tool_choice())
     if (answer_format := case.response_format()) is not None:
         model = model.bind(response_format=answer_format)
+    if case.format == "model":
+        model = model.with_structured_output(CityAnswer, method="json_schema", include_raw=True)
     return model
 
 
@@ -147,9 +159,15 @@ def _langchain_answer(model: Any, case: Case, stops: list[str]) -> Answer:
     messages = _langchain_messages(case)
     bound = _bound(model, case)
     kwargs = {"stop": stops} if stops else {}
+    parsed = None
     try:
         if case.stream:
             message: AIMessage | AIMessageChunk = _whole(bound.stream(messages, **kwargs))
+        elif case.format == "model":
+            structured = bound.invoke(messages, **kwargs)
+            message, parsed = structured["raw"], structured["parsed"]
+            if structured["parsing_error"] is not None:
+                return _raised(structured["parsing_error"])
         else:
             message = bound.invoke(messages, **kwargs)
     except Exception as error:
@@ -164,7 +182,7 @@ def _langchain_answer(model: Any, case: Case, stops: list[str]) -> Answer:
         tool_calls=tuple(
             (call["name"], json.dumps(call["args"], sort_keys=True)) for call in message.tool_calls
         ),
-        parsed=message.additional_kwargs.get("parsed"),
+        parsed=parsed if case.format == "model" else message.additional_kwargs.get("parsed"),
     )
 
 
@@ -226,12 +244,15 @@ def _unstopped_text(target: Target, case: Case) -> str:
 
 
 def _compared(expected: Answer, got: Answer, case: Case) -> None:
-    """`got` is `expected`; but for a forced tool call (ON_PURPOSE["named tool_choice"]),
+    """`got` is `expected`; but for a forced tool call (ON_PURPOSE["forced tool call"]),
     which the relay must answer with one valid call to the tool whatever vLLM's endpoint
     made of it (a random model constrained by its grammar may write whitespace until the
-    token limit there)."""
-    if case.tools == "named":
+    token limit there), or, where a stop string cut vLLM's call short, with none."""
+    if case.forced_call:
         assert got.error is None and got.text == ""
+        if not expected.tool_calls and expected.finish_reason == "stop":  # a stop cut it
+            assert got.tool_calls == () and got.finish_reason == "stop"
+            return
         [(name, arguments)] = got.tool_calls
         assert name == "get_weather" and isinstance(json.loads(arguments)["city"], str)
         assert got.finish_reason == "tool_calls"
@@ -274,6 +295,21 @@ def _openai_answer(
         fields |= {"tools": [WEATHER_TOOL], "tool_choice": case.tool_choice()}
     if (answer_format := case.response_format()) is not None:
         fields["response_format"] = answer_format
+    if case.format == "model":
+        try:
+            parsed = client.chat.completions.parse(**fields, response_format=CityAnswer)
+        except openai.LengthFinishReasonError as error:
+            return _raised(error)
+        choice, usage = parsed.choices[0], parsed.usage
+        return Answer(
+            text=choice.message.content or "",
+            finish_reason=choice.finish_reason,
+            usage=None
+            if usage is None
+            else (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
+            tool_calls=(),
+            parsed=choice.message.parsed,
+        )
     if not case.stream:
         completion = client.chat.completions.create(**fields)
         choice, usage = completion.choices[0], completion.usage
@@ -374,19 +410,22 @@ def _llama_answer(llm: Any, case: Case, stops: list[str]) -> Answer:
     messages = _llama_messages(case)
     kwargs: dict[str, Any] = {"stop": stops} if stops else {}
     tools = [FunctionTool.from_defaults(fn=get_weather)] if case.tools != "none" else []
+    # LlamaIndex's words for the tool choice: a tool's name, tool_required, "none"
+    choice: dict[str, dict[str, Any]] = {
+        "named": {"tool_choice": "get_weather"},
+        "required": {"tool_required": True},
+        "off": {"tool_choice": "none"},
+    }
+    chosen = choice.get(case.tools, {})
     if case.stream:
         stream = (
-            llm.stream_chat_with_tools(
-                tools, chat_history=messages, tool_required=case.tools == "named", **kwargs
-            )
+            llm.stream_chat_with_tools(tools, chat_history=messages, **chosen, **kwargs)
             if tools
             else llm.stream_chat(messages, **kwargs)
         )
         *_, response = list(stream)
     elif tools:
-        response = llm.chat_with_tools(
-            tools, chat_history=messages, tool_required=case.tools == "named", **kwargs
-        )
+        response = llm.chat_with_tools(tools, chat_history=messages, **chosen, **kwargs)
     else:
         response = llm.chat(messages, **kwargs)
     calls = llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)

@@ -54,7 +54,8 @@ def test_a_forced_choice_constrains_the_answer_to_the_allowed_calls() -> None:
         {"const": "get_time"},
     ]
     assert ChatRequest(ASK, tools=[WEATHER], tool_choice="auto").answer_constraint() is None
-    assert ChatRequest(ASK, tools=[WEATHER], tool_choice="none").offered_tools == []
+    no_call = ChatRequest(ASK, tools=[WEATHER], tool_choice="none")
+    assert no_call.offered_tools == [] and no_call.relay_request().tools == [WEATHER]
 
 
 def test_a_choice_naming_no_bound_tool_is_refused() -> None:
