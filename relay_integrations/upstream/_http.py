@@ -356,12 +356,14 @@ class HttpResponse:
             raise IncompleteStream(f"the event stream from {sent} was cut: {cut}", lost=True)
 
     async def json(self) -> Any:
-        """The whole body, decoded."""
+        """The whole body, decoded: whole within ``read_timeout`` (a body that keeps
+        trickling never ends otherwise, each read being in time)."""
         try:
-            raw = await _read_at_most(self._response, MAX_BODY_BYTES)
+            raw = await self._whole_body()
         except TimeoutError:
             raise openai.APITimeoutError(request=self.request) from ReadTimeout(
-                f"nothing arrived for {self._read_timeout:g} s"
+                f"the body of {self._sent.method} {self._sent.url} was not whole within "
+                f"read_timeout={self._read_timeout:g} s"
             )
         except aiohttp.ClientError as failed:
             raise openai.APIConnectionError(message=str(failed), request=self.request) from failed
@@ -380,6 +382,11 @@ class HttpResponse:
                 f"body that is not JSON: {shown(raw)}"
             ) from None
 
+    async def _whole_body(self) -> bytes | None:
+        """The body (None past :data:`MAX_BODY_BYTES`), within ``read_timeout`` in all."""
+        async with asyncio.timeout(self._read_timeout):
+            return await _read_at_most(self._response, MAX_BODY_BYTES)
+
     async def close(self) -> None:
         if self._response.content.at_eof():
             self._response.release()
@@ -389,7 +396,7 @@ class HttpResponse:
     async def raise_status(self) -> typing.NoReturn:
         """Raise the SDK's error for this status (an error, or a redirect), with the body."""
         try:
-            content = await _read_at_most(self._response, MAX_BODY_BYTES) or b""
+            content = await self._whole_body() or b""
         except Exception:  # the body of an error is best effort (and a bounded one)
             content = b""
         try:

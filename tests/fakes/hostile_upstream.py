@@ -15,11 +15,17 @@ completion streams (the chunks of ``relay_integrations.testing.scripted_vllm``):
 Requests without a plan of their own (or whose queued plan is None) get the `fallback`
 plan, or, with scripted `models`
 (:class:`~relay_integrations.testing.scripted_vllm.ScriptedModel`), what a fault-free vLLM
-serving them would answer: ``GET /v1/models`` and the completion of the request's prompt by
-the model it names (its stop strings, ``max_tokens``, usage). A queued plan may also be a
-:class:`Breakage` of that scripted answer (its first chunks, then a fault), which is how a
-test breaks one request in the middle of a whole generation; :class:`LocalChatTemplate`
-renders the chat without ``/tokenize`` for a relay in front of it.
+serving them would answer: ``GET /v1/models``, ``/tokenize`` (the chat rendered by the
+model's template, or a text), ``/detokenize``, and the completion of the request's prompt
+(a text, or token ids) by the model it names (its stop strings, ``max_tokens``, usage, the
+ids of ``return_token_ids``). A queued plan may also be a :class:`Breakage` of that scripted
+answer (a completion's first chunks, then a fault; a JSON answer cut, held, emptied), which
+is how a test breaks one request in the middle of a whole generation. Plans are queued by
+path, or by path and phase of the generation (:func:`request_phase`: ``("/v1/completions",
+"answer")`` are the completions that write the answer), so that a test aims a fault at a
+model's server (one server a model) and a phase; :class:`LocalChatTemplate` renders the
+chat without ``/tokenize`` for a relay in front of it. :func:`steady_state_growth` measures
+what repeated rounds (generations) leave in memory.
 
 The hypothesis settings of the tests that use it are :func:`hostile_settings`: a bounded
 ``ci`` profile by default, ``HYPOTHESIS_PROFILE=long`` for a long search.
@@ -34,21 +40,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import os
+import tracemalloc
 import zlib
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import h11
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from relay_integrations.testing.qwen3_template import render_chat, tokenize
-from relay_integrations.testing.scripted_vllm import ScriptedModel
+from relay_integrations.testing.qwen3_template import ASSISTANT, render_chat, tokenize
+from relay_integrations.testing.scripted_vllm import ScriptedModel, decode, token_id
 from relay_integrations.testing.vllm_stops import StopText
 from relay_integrations.upstream import ChatInput, Endpoint, RenderedPrompt
 
@@ -64,6 +72,8 @@ class Chunk:
     finish_reason: str | None = None
     stop_reason: str | None = None
     delay: float = 0.0
+    token_ids: tuple[int, ...] | None = None
+    """The ids of the tokens written since the last chunk (vLLM's ``return_token_ids``)."""
 
 
 @dataclass(frozen=True)
@@ -126,17 +136,19 @@ def completion_chunk(
     stop_reason: str | None = None,
     usage: Mapping[str, int] | None = None,
     model: str = MODEL,
+    token_ids: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """One chunk of vLLM's completions stream as a JSON object (no choices: a usage chunk)."""
-    choices = [
-        {
-            "index": 0,
-            "text": text,
-            "logprobs": None,
-            "finish_reason": finish_reason,
-            "stop_reason": stop_reason,
-        }
-    ]
+    choice: dict[str, Any] = {
+        "index": 0,
+        "text": text,
+        "logprobs": None,
+        "finish_reason": finish_reason,
+        "stop_reason": stop_reason,
+    }
+    if token_ids is not None:
+        choice["token_ids"] = list(token_ids)
+    choices = [choice]
     return {
         "id": "cmpl-hostile",
         "object": "text_completion",
@@ -150,7 +162,9 @@ def completion_chunk(
 def event_bytes(event: Event, newline: bytes = b"\n") -> bytes:
     """The bytes of one event on the wire, its lines ended by `newline` (CR, LF or CR LF)."""
     if isinstance(event, Chunk):
-        chunk = completion_chunk(event.text, event.finish_reason, event.stop_reason)
+        chunk = completion_chunk(
+            event.text, event.finish_reason, event.stop_reason, token_ids=event.token_ids
+        )
         data = json.dumps(chunk).encode()
     elif isinstance(event, Usage):
         usage = {
@@ -331,9 +345,12 @@ def scripted_events(model: ScriptedModel, body: Mapping[str, Any]) -> tuple[Even
     """The events a fault-free vLLM serving `model` streams for a completion request `body`:
     a chunk a token of the model's continuation of the prompt, vLLM's stop strings applied
     (:class:`~relay_integrations.testing.vllm_stops.StopText`), ``max_tokens``, then the
-    finish, usage and ``[DONE]``."""
+    finish, usage and ``[DONE]``; each chunk with its token's id when the request asks
+    ``return_token_ids`` (the ids of
+    :func:`~relay_integrations.testing.scripted_vllm.token_id`)."""
     include = bool(body.get("include_stop_str_in_output", False))
     text = StopText(body.get("stop") or [], include_in_output=include)
+    with_ids = bool(body.get("return_token_ids"))
     events: list[Event] = []
     finish, stop_reason, written = "stop", None, 0
     for token in tokenize(model.continuation(body["prompt"], dict(body))):
@@ -342,34 +359,49 @@ def scripted_events(model: ScriptedModel, body: Mapping[str, Any]) -> tuple[Even
             break
         written += 1
         stop_reason = text.update(token)
-        events.append(Chunk(text.delta(finished=stop_reason is not None)))
+        ids = (token_id(token),) if with_ids else None
+        events.append(Chunk(text.delta(finished=stop_reason is not None), token_ids=ids))
         if stop_reason is not None:
             break
-    events.append(Chunk(text.delta(finished=True), finish, stop_reason))
+    last = () if with_ids else None
+    events.append(Chunk(text.delta(finished=True), finish, stop_reason, token_ids=last))
     return (*events, Usage(len(tokenize(body["prompt"])), written), Done())
 
 
-Breaks = Literal["cut", "hang_up", "stall", "heartbeats", "no_finish", "error_event", "status"]
+Breaks = Literal[
+    "cut", "hang_up", "stall", "heartbeats", "no_finish", "error_event", "status", "html"
+]
+BREAKS: tuple[Breaks, ...] = get_args(Breaks)
+HTML_PAGE = b"<html><body>Sign in to continue</body></html>"
+"""What a captive portal or a gateway's login answers in place of an API's answer."""
 
 
 @dataclass(frozen=True)
 class Breakage:
-    """A scripted answer broken after its first `after` chunks: cut mid-event, hung up on,
-    stalled, kept alive by comments alone, ended without its finish, an error event instead
-    of the next chunk, or (`status`) an error status instead of the whole answer."""
+    """A scripted answer broken. A completion stream, after its first `after` chunks: cut
+    mid-event, hung up on, stalled, kept alive by comments alone, ended without its finish,
+    an error event instead of the next chunk. A JSON answer (``/v1/models``, ``/tokenize``,
+    ``/detokenize``): its body cut half-way, hung up on, held open after the body, followed
+    by comments that never end it, a 200 without the fields asked for (``no_finish``: ``{}``)
+    or with vLLM's error object as its body (``error_event``). Either: an error `status`
+    instead of the answer, or (``html``) a 200 HTML page."""
 
     breaks: Breaks
     after: int = 0
     status: int = 503
     framing: Framing = "chunked"
 
-    def plan(self, scripted: Sequence[Event]) -> AnswerPlan:
-        """The plan that breaks the answer whose events are `scripted`."""
+    def plan(self, scripted: AnswerPlan) -> AnswerPlan:
+        """The plan that breaks the answer `scripted`."""
         if self.breaks == "status":
             return json_answer({"error": {"message": "broken on purpose"}}, self.status)
         if self.breaks == "hang_up":
             return AnswerPlan(ending="hang_up")
-        chunks = [e for e in scripted if isinstance(e, Chunk)]
+        if self.breaks == "html":
+            return AnswerPlan(content_type="text/html", body=HTML_PAGE, framing="length")
+        if scripted.body is not None:
+            return self._json(scripted)
+        chunks = [e for e in scripted.events if isinstance(e, Chunk)]
         head = tuple(chunks[: min(self.after, len(chunks) - 1)])  # never the finish
         plan = AnswerPlan(events=head, framing=self.framing)
         if self.breaks == "cut":
@@ -381,14 +413,56 @@ class Breakage:
             return plan
         return replace(plan, ending=self.breaks)
 
+    def _json(self, scripted: AnswerPlan) -> AnswerPlan:
+        """The breakage of a JSON answer (see the class)."""
+        if self.breaks == "no_finish":
+            return replace(scripted, body=b"{}")
+        if self.breaks == "error_event":
+            return replace(scripted, body=ERROR_BODIES[0])
+        endings: dict[Breaks, Ending] = {
+            "cut": "mid_event",
+            "stall": "stall",
+            "heartbeats": "heartbeats",
+        }
+        return replace(scripted, framing=self.framing, ending=endings[self.breaks])
+
 
 Planned = AnswerPlan | Breakage | None
 """A queued answer: a plan, a breakage of the scripted answer, or None (the scripted answer)."""
+Phase = Literal["reasoning", "answer"]
+QueueKey = str | tuple[str, Phase]
+"""What a queue of plans answers: the requests for a path, or those for a path in one phase
+of a generation (:func:`request_phase`)."""
+REASONING_END = "</think>"
+
+
+def request_phase(request: Received) -> Phase:
+    """The phase of a generation that `request` belongs to, told by the text it carries: the
+    answer once the text it continues holds the end of the reasoning (the part of a
+    completion's prompt after the rendered chat, its token ids decoded; a text sent to
+    ``/tokenize``, but for the marker's own); the reasoning before (``/v1/models``, the chat's
+    render, and everything else asked before any text)."""
+    if request.method != "POST":
+        return "reasoning"
+    try:
+        body = request.json()
+        prompt = body.get("prompt") if isinstance(body, dict) else None
+        if isinstance(prompt, list):
+            prompt = decode(prompt)
+    except (ValueError, TypeError, OverflowError):
+        return "reasoning"
+    if not isinstance(prompt, str):
+        return "reasoning"
+    if request.path.endswith("/completions"):
+        prompt = prompt.split(ASSISTANT, 1)[1] if ASSISTANT in prompt else ""
+    elif prompt.strip() == REASONING_END:
+        return "reasoning"
+    return "answer" if REASONING_END in prompt else "reasoning"
 
 
 class LocalChatTemplate:
     """A relay's renderer (``RelaySwitcher(renderer=...)``) with the Qwen3 template of the
-    scripted models, rendered here: the hostile upstream serves no ``/tokenize``."""
+    scripted models, rendered here: no ``/tokenize`` reaches the hostile upstream."""
 
     async def render(self, endpoint: Endpoint, chat: ChatInput) -> RenderedPrompt:
         thinking = chat.chat_template_kwargs.get("enable_thinking", True)
@@ -415,6 +489,23 @@ def hostile_settings(examples: int = 40, **more: Any) -> settings:
     return settings(ci, max_examples=25 * examples, derandomize=False, database=long_search, **more)
 
 
+def steady_state_growth(run: Callable[[int], object], rounds: int) -> int:
+    """Bytes Python holds after ``run(rounds)`` twice more than after it once (tracemalloc,
+    a collection before each look): what `rounds` more rounds (generations, requests) leave
+    held once the first ones have filled every cache that stays; near 0 when a round keeps
+    nothing."""
+    tracemalloc.start()
+    try:
+        run(rounds)
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        run(rounds)
+        gc.collect()
+        return int(tracemalloc.get_traced_memory()[0] - before)
+    finally:
+        tracemalloc.stop()
+
+
 # --- the server ---------------------------------------------------------------------------
 
 
@@ -433,27 +524,31 @@ class Received:
 
 @dataclass(frozen=True)
 class Served:
-    """A request and the plan it was answered by."""
+    """A request, the plan it was answered by, what was queued for it (None: nothing, or a
+    None: the scripted answer) and its phase (:func:`request_phase`)."""
 
     request: Received
     plan: AnswerPlan
+    planned: Planned = None
+    phase: Phase = "reasoning"
 
 
 @dataclass
 class HostileUpstream:
-    """Answers each request by the next plan queued for its path (`plans`), else by
-    `fallback`, else as a fault-free vLLM serving `models` would; records every request
-    (:attr:`requests`) and what answered it (:attr:`served`). Use as an async context
-    manager; `base_url` ends in ``/v1``."""
+    """Answers each request by the next plan queued for its path and phase (`plans` keyed
+    ``(path, phase)``), else for its path (keyed by the path), else by `fallback`, else as a
+    fault-free vLLM serving `models` would; records every request (:attr:`requests`) and
+    what answered it (:attr:`served`). Use as an async context manager; `base_url` ends in
+    ``/v1``."""
 
-    plans: Mapping[str, Sequence[Planned]] = field(default_factory=dict)
+    plans: Mapping[QueueKey, Sequence[Planned]] = field(default_factory=dict)
     models: Sequence[ScriptedModel] = ()
     fallback: AnswerPlan | None = None
     requests: list[Received] = field(default_factory=list)
     served: list[Served] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._queues: dict[str, deque[Planned]] = {p: deque(q) for p, q in self.plans.items()}
+        self._queues: dict[QueueKey, deque[Planned]] = {k: deque(q) for k, q in self.plans.items()}
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -463,9 +558,20 @@ class HostileUpstream:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def queue(self, path: str, *plans: Planned) -> None:
-        """Answer the next requests for `path` by `plans`, after those already queued."""
-        self._queues.setdefault(path, deque()).extend(plans)
+    def queue(self, key: QueueKey, *plans: Planned) -> None:
+        """Answer the next requests for `key` (a path, or a path and a phase) by `plans`,
+        after those already queued."""
+        self._queues.setdefault(key, deque()).extend(plans)
+
+    def replan(self, plans: Mapping[QueueKey, Sequence[Planned]]) -> None:
+        """Drop every queued plan and what was recorded (requests, what served them, the
+        scripted models' requests), and queue `plans`: one server for one generation after
+        another."""
+        self._queues = {key: deque(queue) for key, queue in plans.items()}
+        self.requests.clear()
+        self.served.clear()
+        for model in self.models:
+            model.forget()
 
     def posts(self, path: str = "/v1/completions") -> int:
         """How many POSTs for `path` arrived (whole: their body read)."""
@@ -496,8 +602,10 @@ class HostileUpstream:
             request = await _read_request(reader)
             if request is not None:
                 self.requests.append(request)
-                plan = self._plan(request)
-                self.served.append(Served(request, plan))
+                phase = request_phase(request)
+                planned = self._planned(request, phase)
+                plan = self._plan(request, planned)
+                self.served.append(Served(request, plan, planned, phase))
                 await _answer(plan, reader, writer)
         except (ConnectionError, asyncio.CancelledError):
             pass  # the client left, or the server is closing
@@ -506,28 +614,51 @@ class HostileUpstream:
             self._tasks.discard(task)
             writer.transport.abort()
 
-    def _plan(self, request: Received) -> AnswerPlan:
-        queued = self._queues.get(request.path)
-        planned = queued.popleft() if queued else None
+    def _planned(self, request: Received, phase: Phase) -> Planned:
+        """What was queued for `request` (its path's and phase's queue first)."""
+        for key in ((request.path, phase), request.path):
+            queued = self._queues.get(key)
+            if queued:
+                return queued.popleft()
+        return None
+
+    def _plan(self, request: Received, planned: Planned) -> AnswerPlan:
         if isinstance(planned, AnswerPlan):
             return planned
         if planned is None and self.fallback is not None:
             return self.fallback
         scripted = self._scripted(request)
-        return planned.plan(scripted.events) if planned is not None else scripted
+        return planned.plan(scripted) if planned is not None else scripted
 
     def _scripted(self, request: Received) -> AnswerPlan:
-        """A fault-free vLLM's answer with the scripts of `models` (404 for what it does not
-        serve)."""
+        """A fault-free vLLM's answer with the scripts of `models`: the model list, the
+        completion, ``/tokenize`` (a chat rendered by the model's template, or a text) and
+        ``/detokenize`` (ids of :func:`~relay_integrations.testing.scripted_vllm.token_id`);
+        404 for what it does not serve."""
         models = {m.name: m for m in self.models}
         if models and request.path == "/v1/models":
             return models_answer(*models)
+        body = request.json() if request.method == "POST" and request.body else {}
+        model = models.get(str(body.get("model"))) if isinstance(body, dict) else None
+        if model is None:
+            return json_answer({"detail": "Not Found"}, 404)
         if request.path == "/v1/completions":
-            body = request.json()
-            model = models.get(body.get("model"))
-            if model is not None:
-                model.record(body, request.headers)
-                return AnswerPlan(events=scripted_events(model, body))
+            if isinstance(body.get("prompt"), list):  # token ids: the text they stand for
+                body["prompt"] = decode(body["prompt"])
+            model.record(body, request.headers)
+            return AnswerPlan(events=scripted_events(model, body))
+        if request.path == "/tokenize":
+            if "messages" in body:
+                thinking = (body.get("chat_template_kwargs") or {}).get("enable_thinking", True)
+                text = model.chat_template(body["messages"], bool(thinking), body.get("tools"))
+                model.renders += 1
+            else:
+                text = body["prompt"]
+            ids = [token_id(t) for t in tokenize(text)]
+            tokens = {"count": len(ids), "max_model_len": model.max_model_len, "tokens": ids}
+            return json_answer(tokens)
+        if request.path == "/detokenize":
+            return json_answer({"prompt": decode(body["tokens"])})
         return json_answer({"detail": "Not Found"}, 404)
 
 
@@ -701,10 +832,8 @@ def breakages(max_after: int = 8) -> st.SearchStrategy[Breakage]:
     """Breakages of a scripted answer (:class:`Breakage`)."""
     return st.builds(
         Breakage,
-        breaks=st.sampled_from(
-            ("cut", "hang_up", "stall", "heartbeats", "no_finish", "error_event", "status")
-        ),
+        breaks=st.sampled_from(BREAKS),
         after=st.integers(0, max_after),
-        status=st.sampled_from((500, 502, 503, 429)),
+        status=st.sampled_from((500, 502, 503, 429, 404)),
         framing=st.sampled_from(FRAMINGS),
     )
