@@ -4,7 +4,8 @@ is out (no connection, a 502/503/504, known down) is waited for within
 ``SwitchPolicy.resume_wait_seconds``, when the generation cannot go on without it and has
 text to lose. All of it is within the generation's recovery deadline
 (``SwitchPolicy.deadline_seconds``: :class:`~..upstream.deadline.Deadline`), whose clock runs
-from a failure until a request gives text again, and which the endpoints' retry loops count
+from a failure (from its last event, for a stream that stalled until its read timeout)
+until a request gives text again, and which the endpoints' retry loops count
 their waits against while a request is opened under it::
 
     recovery = Recovery(generation_id, config, endpoints, tally)
@@ -60,12 +61,15 @@ class Recovery:
             self._recovering = False
             self.deadline.recovered()
 
-    def _failed(self, role: ModelRole, failure: UpstreamFailure | StreamInterrupted) -> None:
-        """A failure met: the generation recovers from now, and raises if the deadline has
-        run out."""
+    def _failed(
+        self, role: ModelRole, failure: UpstreamFailure | StreamInterrupted, stalled: float = 0.0
+    ) -> None:
+        """A failure met: the generation recovers from now (from `stalled` seconds before,
+        for a stream that waited that long for nothing before it broke), and raises if the
+        deadline has run out."""
         if not self._recovering:
             self._recovering = True
-            self.deadline.recover()
+            self.deadline.recover(stalled)
         if self.deadline.remaining() <= 0:
             raise self._out_of_time(role, failure) from failure
 
@@ -75,7 +79,7 @@ class Recovery:
         config = self.endpoints[role].config
         if resumes > self.policy.max_resumes:
             raise UpstreamFailure.broken(broken, config, resumes) from broken
-        self._failed(role, broken)
+        self._failed(role, broken, config.read_timeout if broken.stalled else 0.0)
         self.tally.resumes += 1
         logger.warning(
             "generation %s: the %s stream from %s broke after %d characters (%s); "
@@ -134,9 +138,10 @@ class Recovery:
         what it went on, the last failure and the setting that sets it."""
         deadline, tally = self.deadline, self.tally
         spent = (
-            f"{tally.resumes} resumes of broken streams, {tally.waited:.1f} s waiting for a "
-            f"server to come back, {deadline.retries} retries after {deadline.retry_wait:.1f} s "
-            "of retry waits"
+            f"{tally.resumes} resumes of broken streams ({deadline.stalled:.1f} s of streams "
+            f"that stalled before they broke), {tally.waited:.1f} s waiting for a server to "
+            f"come back, {deadline.retries} retries after {deadline.retry_wait:.1f} s of retry "
+            "waits"
         )
         if isinstance(failure, UpstreamFailure):
             cause, detail, reason = failure.cause, failure.detail, failure.reason

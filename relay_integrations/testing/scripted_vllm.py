@@ -85,6 +85,7 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
     stall: float = 0.0  # wait this long before the first chunk
     cut_after: int | None = None  # drop the connection after this many tokens
+    stall_after: int | None = None  # send nothing after this many tokens (until the client goes)
 
 
 @dataclass
@@ -353,6 +354,8 @@ class ScriptedVLLM:
                     break
                 if fault.cut_after is not None and n == fault.cut_after:
                     raise ConnectionResetError("injected cut")
+                if fault.stall_after is not None and n == fault.stall_after:
+                    await asyncio.Event().wait()  # a server hung mid-stream
                 n += 1
                 outcome.generated = n
                 outcome.stop_reason = text.update(token, check=n > body.get("min_tokens", 0))

@@ -39,6 +39,8 @@ class Deadline:
         """Retries made under it (each after a wait)."""
         self.retry_wait = 0.0
         """Seconds of those retries' waits (backoff and ``Retry-After``)."""
+        self.stalled = 0.0
+        """Seconds streams stalled before they broke (counted from their last event)."""
         self._spent = 0.0
         self._open = 0
         self._since = 0.0
@@ -48,10 +50,13 @@ class Deadline:
         running = time.monotonic() - self._since if self._open else 0.0
         return self.seconds - self._spent - running
 
-    def recover(self) -> None:
-        """Open a recovery: the clock runs until every open one is closed."""
+    def recover(self, stalled: float = 0.0) -> None:
+        """Open a recovery: the clock runs until every open one is closed. `stalled`: seconds
+        the failure took to show (a stream that stalled until its read timeout), counted
+        as spent already."""
         if not self._open:
-            self._since = time.monotonic()
+            self._since = time.monotonic() - stalled
+            self.stalled += stalled
         self._open += 1
 
     def recovered(self) -> None:

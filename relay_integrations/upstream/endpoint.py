@@ -42,7 +42,14 @@ from ._failures import (
     misfit,
     public_reason,
 )
-from ._http import ClosedBeforeAnswer, HttpClient, HttpResponse, IncompleteStream, shown
+from ._http import (
+    ClosedBeforeAnswer,
+    HttpClient,
+    HttpResponse,
+    IncompleteStream,
+    ReadTimeout,
+    shown,
+)
 from ._stream_stops import StreamStops
 from .answers import Tokenized
 from .availability import Availability
@@ -78,6 +85,18 @@ class StreamInterrupted(RelayError):
         self.role = role
         self.text = text
         self.cause = cause
+
+    @property
+    def stalled(self) -> bool:
+        """Whether it broke by stalling: nothing arrived for the read timeout."""
+        error: BaseException | None = self.cause
+        seen: set[int] = set()
+        while error is not None and id(error) not in seen:
+            if isinstance(error, ReadTimeout):
+                return True
+            seen.add(id(error))
+            error = error.__cause__ or error.__context__
+        return False
 
 
 class UpstreamFailure(RelayError):

@@ -97,6 +97,33 @@ async def test_everything_counts_against_one_deadline(breaks: bool) -> None:
     assert time.monotonic() - started <= DEADLINE + SLACK
 
 
+async def test_streams_that_stall_spend_the_deadline_while_they_stall() -> None:
+    """A server whose every stream sends a token and then nothing, twice in each turn (each
+    turn then ends: its resumes are within max_resumes): each stall's read timeout counts,
+    so the generation ends at its deadline, not after a read timeout per stall of every
+    turn."""
+    read_timeout = 0.4
+    stalling = [Fault(stall_after=1), Fault(stall_after=1), Fault()]
+    large = ScriptedModel("large", TRACE, faults=[Fault()] + stalling * 50)
+    small = ScriptedModel("small", TRACE)
+    config = make_config(
+        server := ScriptedVLLM(large, small),
+        cooldown_tokens=0,
+        deadline_seconds=1.0,
+        speculative_handoff=False,
+    )
+    slow_to_tell = config.large.model_copy(update={"read_timeout": read_timeout})
+    config = config.model_copy(update={"large": slow_to_tell})
+    async with server, RelaySwitcher(config) as relay:
+        started = time.monotonic()
+        with pytest.raises(EndpointError, match="recovery deadline") as caught:
+            async with asyncio.timeout(30):
+                await relay.generate(MESSAGES)
+    assert time.monotonic() - started <= 1.0 + read_timeout + SLACK
+    assert "s of streams that stalled before they broke" in str(caught.value)
+    assert len(large.requests) <= 1 + 1.0 / read_timeout + 2
+
+
 async def test_the_deadline_stops_an_endpoints_retries_and_cuts_their_wait() -> None:
     """Under a deadline the endpoint waits no longer than is left (a Retry-After of 60 s is
     cut to it), and makes its last attempt at the deadline."""
