@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import os
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -339,35 +340,13 @@ class EnvironmentVariables:
 
     def known(self) -> dict[str, str]:
         """Every variable read, and its last field name: RELAY_LARGE__MODEL: model, ..."""
-        found = {self.prefix + name.upper(): name for name in self.also}
-
-        def walk(model: type[BaseModel], name: str) -> None:
-            for field, info in model.model_fields.items():
-                variable = f"{name}{field.upper()}"
-                found[variable] = field
-                inner = [t for t in (info.annotation, *get_args(info.annotation)) if _is_model(t)]
-                for nested in inner:
-                    walk(nested, variable + "__")
-
-        walk(self.model, self.prefix)
-        return found
+        return _known_variables(self.model, self.prefix, self.also)
 
     def close(self, key: str) -> str:
         """ "; did you mean X?" for the variable closest to `key` (those as close), else "":
         the one a letter or two away, or the least nested ones of the same field name (or of
         a field a letter or two away)."""
-        known = self.known()
-        name = key[len(self.prefix) :].lower()
-        by_name = {variable[len(self.prefix) :].lower(): variable for variable in known}
-        scores = {n: difflib.SequenceMatcher(None, name, n).ratio() for n in by_name}
-        best = max(scores.values(), default=0.0)
-        close = [by_name[n] for n, score in scores.items() if score >= 0.8 and score == best]
-        if not close:
-            field = name.rsplit("__", 1)[-1]
-            near = difflib.get_close_matches(field, set(known.values()), n=1, cutoff=0.8)
-            same = [variable for variable, f in known.items() if near and f == near[0]]
-            close = [v for v in same if v.count("__") == min(x.count("__") for x in same)]
-        return f"; did you mean {' or '.join(close)}?" if close else ""
+        return _close_hint(self.model, self.prefix, self.also, key)
 
     def warn_ignored(self, key: str, stacklevel: int = 2) -> None:
         """Warn (:class:`RelayEnvironmentWarning`) that `key` is none of the variables and is
@@ -404,6 +383,59 @@ class EnvironmentVariables:
                 field = ".".join(loc)
                 found.append(f"{key} (the field {field}): {error['msg']}")
         return found
+
+
+@functools.lru_cache(maxsize=1024)
+def _close_hint(model: type[BaseModel], prefix: str, also: tuple[str, ...], key: str) -> str:
+    """:meth:`EnvironmentVariables.close`, worked out once for each variable: every model
+    made reads the environment, and other programs' ``RELAY_*`` variables are in it each
+    time."""
+    known = _known_variables(model, prefix, also)
+    name = key[len(prefix) :].lower()
+    by_name = {variable[len(prefix) :].lower(): variable for variable in known}
+    scores = _close_scores(name, by_name)
+    best = max(scores.values(), default=0.0)
+    close = [by_name[n] for n, score in scores.items() if score == best]
+    if not close:
+        field = name.rsplit("__", 1)[-1]
+        near = difflib.get_close_matches(field, set(known.values()), n=1, cutoff=0.8)
+        same = [variable for variable, f in known.items() if near and f == near[0]]
+        close = [v for v in same if v.count("__") == min(x.count("__") for x in same)]
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+@functools.cache
+def _known_variables(model: type[BaseModel], prefix: str, also: tuple[str, ...]) -> dict[str, str]:
+    """:meth:`EnvironmentVariables.known`, walked once for each model and prefix (a model is
+    made often, and reads the environment each time)."""
+    found = {prefix + name.upper(): name for name in also}
+
+    def walk(model: type[BaseModel], name: str) -> None:
+        for field, info in model.model_fields.items():
+            variable = f"{name}{field.upper()}"
+            found[variable] = field
+            inner = [t for t in (info.annotation, *get_args(info.annotation)) if _is_model(t)]
+            for nested in inner:
+                walk(nested, variable + "__")
+
+    walk(model, prefix)
+    return found
+
+
+def _close_scores(name: str, names: Iterable[str], cutoff: float = 0.8) -> dict[str, float]:
+    """The similarity of each of `names` to `name` that reaches `cutoff`, found as
+    ``difflib.get_close_matches`` finds them: the cheap upper bounds first, so that a
+    variable far from all (another program's) costs little."""
+    matcher = difflib.SequenceMatcher()
+    matcher.set_seq2(name)
+    scores = {}
+    for other in names:
+        matcher.set_seq1(other)
+        if matcher.real_quick_ratio() >= cutoff and matcher.quick_ratio() >= cutoff:
+            score = matcher.ratio()
+            if score >= cutoff:
+                scores[other] = score
+    return scores
 
 
 def _relay_variables(prefix: str) -> EnvironmentVariables:
