@@ -39,7 +39,14 @@ from relay_integrations.relay.config import RelayEnvironment
 from relay_integrations.server import ServerSettings
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM, serving
 from tests.component.test_http import serving as raw_server
-from tests.fakes.canary import CANARY, CANARY_HEADER, scan, without_canary
+from tests.fakes.canary import (
+    ANSWERED,
+    CANARY,
+    CANARY_HEADER,
+    CanaryScreen,
+    scan,
+    without_canary,
+)
 from tests.fakes.capable_model import capable_server, relay_fields
 from tests.fakes.ports import free_port, refusing_port
 from tests.fakes.relay_env import relay_server_env, relaygen_serve
@@ -549,3 +556,27 @@ def test_the_canary_fails_a_test_whose_logs_or_output_show_it(tmp_path: Path) ->
     assert "in the message of a DEBUG record of the logger 'leaky'" in run.stdout
     assert "in the Captured stdout call: 'sk-canary" in run.stdout
     assert 'in the Captured stderr call: \'{"X-Relay-Canary": "sk-canary' in run.stdout
+
+
+async def test_the_screen_in_front_of_every_served_relay_finds_the_canary_across_chunks() -> None:
+    """What puts every answer of ``relaygen serve`` in every test under the canary's watch:
+    a body that shows it, split over two chunks, is found (and the answer passed on)."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": f"a {CANARY[:5]}".encode()})
+        await send({"type": "http.response.body", "body": f"{CANARY[5:]} b".encode()})
+
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def receive() -> Any:
+        return {"type": "http.disconnect"}
+
+    scope = {"type": "http", "method": "GET", "path": "/v1/models"}
+    await CanaryScreen(app)(scope, receive, send)
+    found, ANSWERED[:] = list(ANSWERED), []  # taken here: the test's own, on purpose
+    assert len(found) == 1 and found[0].startswith("GET /v1/models: ")
+    assert len(sent) == 3

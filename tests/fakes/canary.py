@@ -9,6 +9,9 @@ stdout and stderr. A test that sets its own key overrides the variable; a test o
 environment gives, or of the exact headers a server received, runs without the variables
 (:func:`without_canary`).
 
+:class:`CanaryScreen` looks at every answer of ``relaygen serve`` a test serves
+(:func:`tests.fakes.relay_http.relay_http` puts it in front of the app).
+
 :func:`scan` renders things every way a surface can show them and fails naming where the
 canary appeared::
 
@@ -127,6 +130,45 @@ class _CanaryWatch(logging.Handler):
             self.handleError(record)
 
 
+ANSWERED: list[str] = []
+"""Where an answer of ``relaygen serve`` (served by :func:`tests.fakes.relay_http.relay_http`)
+showed the canary: :func:`canary_everywhere` fails the test that was running."""
+
+
+class CanaryScreen:
+    """ASGI middleware that looks for the canary in every answer it passes on: the status
+    line's headers and the body, across its chunks (an SSE stream's events). What it finds
+    goes to :data:`ANSWERED`; the answer is passed on as it is::
+
+        config.app = CanaryScreen(config.app)
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        tail = ""
+
+        async def screened(message: Any) -> None:
+            nonlocal tail
+            if message["type"] == "http.response.start":
+                shown = b"\n".join(b": ".join(pair) for pair in message.get("headers", []))
+                text = shown.decode("latin-1")
+            elif message["type"] == "http.response.body":
+                text = tail + message.get("body", b"").decode("utf-8", "replace")
+                tail = text[-len(CANARY) :]
+            else:
+                text = ""
+            if CANARY in text:
+                ANSWERED.append(f"{scope['method']} {scope['path']}: {_around(text)}")
+            await send(message)
+
+        await self.app(scope, receive, screened)
+
+
 @pytest.fixture(autouse=True)
 def canary_everywhere(canary_environment: None, caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     """Every record logged while the test runs, at every level (the root logger at DEBUG), is
@@ -155,6 +197,9 @@ def canary_everywhere(canary_environment: None, caplog: pytest.LogCaptureFixture
             handler.removeFilter(as_caplog_sees)
     if watch.found:
         pytest.fail(watch.found[0], pytrace=False)
+    answered, ANSWERED[:] = list(ANSWERED), []
+    if answered:
+        pytest.fail(f"the canary secret shows in an answer of relaygen serve: {answered[0]}")
 
 
 @pytest.hookimpl(wrapper=True)

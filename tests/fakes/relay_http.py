@@ -19,6 +19,7 @@ import uvicorn
 
 from relay_integrations.server import RelayServer
 from relay_integrations.server.draining import DrainingServer, uvicorn_config
+from tests.fakes.canary import CanaryScreen
 
 
 @dataclass
@@ -49,7 +50,9 @@ class ServedRelay:
 def relay_http(relay: RelayServer) -> Iterator[ServedRelay]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY
     sock.bind(("127.0.0.1", 0))
-    server = DrainingServer(uvicorn_config(relay), relay)  # sockets given: no host, port
+    config = uvicorn_config(relay)
+    config.app = CanaryScreen(config.app)  # no answer may show the canary secret
+    server = DrainingServer(config, relay)  # sockets given: no host, port
     loop = asyncio.new_event_loop()
     thread = threading.Thread(
         target=lambda: loop.run_until_complete(server.serve(sockets=[sock])),
