@@ -26,7 +26,7 @@ import openai
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, convert_to_messages
 from langchain_openai import ChatOpenAI
-from llama_index.core.base.llms.types import ChatMessage, TextBlock
+from llama_index.core.base.llms.types import ChatMessage, TextBlock, ThinkingBlock
 from llama_index.core.tools import FunctionTool
 from llama_index.llms.openai_like import OpenAILike
 
@@ -392,9 +392,9 @@ def test_relaygen_serve_answers_as_vllm_chat_completions(
 # -- LlamaIndex: RelayLLM against OpenAILike -----------------------------------------------
 
 
-def _llama_messages(case: Case) -> list[ChatMessage]:
+def _llama_messages(chat: list[dict[str, Any]]) -> list[ChatMessage]:
     messages = []
-    for message in SHAPES[case.shape]:
+    for message in chat:
         extra = {k: message[k] for k in ("name", "tool_calls", "tool_call_id") if k in message}
         content = message["content"]
         blocks = (
@@ -407,7 +407,7 @@ def _llama_messages(case: Case) -> list[ChatMessage]:
 
 
 def _llama_answer(llm: Any, case: Case, stops: list[str]) -> Answer:
-    messages = _llama_messages(case)
+    messages = _llama_messages(SHAPES[case.shape])
     kwargs: dict[str, Any] = {"stop": stops} if stops else {}
     tools = [FunctionTool.from_defaults(fn=get_weather)] if case.tools != "none" else []
     # LlamaIndex's words for the tool choice: a tool's name, tool_required, "none"
@@ -568,43 +568,108 @@ def _single_request(
     return answer.text.lstrip(), answer.finish_reason  # the relay's answer: from its first word
 
 
+@dataclass(frozen=True)
+class Switched:
+    """What a surface answered after the reasoning: the answer, its finish reason, the
+    reasoning it shows and the switches it counted."""
+
+    answer: str
+    finish_reason: str | None
+    reasoning: str
+    switches: int
+
+
+def _switched_relay_fields(target: Target, path: str) -> dict[str, Any]:
+    return {
+        "large_url": target.url,
+        "large_model": target.large,
+        "small_url": target.url,
+        "small_model": target.small,
+        "cues": ["Therefore,", "Now"],
+        "policy": SwitchPolicy(cooldown_tokens=0),
+        "temperature": 0,
+        "top_k": None,
+        "top_p": 1.0,
+        "max_tokens": 600,
+        "request_hook": _reasoning_then_words,
+        "max_retries": 0,
+        "prompt_path": path,
+    }
+
+
+def _switched(
+    surface: str, target: Target, messages: list[dict[str, Any]], stream: bool, path: str
+) -> Switched:
+    fields = _switched_relay_fields(target, path)
+    if surface == "RelayChatModel":
+        with RelayChatModel(**fields) as chat_model:
+            chat = convert_to_messages(messages)
+            message: Any = _whole(chat_model.stream(chat)) if stream else chat_model.invoke(chat)
+        metadata = message.response_metadata
+        return Switched(
+            message.content,
+            metadata["finish_reason"],
+            message.additional_kwargs["reasoning_content"],
+            metadata["relay"]["switches"],
+        )
+    if surface == "RelayLLM":
+        with RelayLLM(**fields) as llm:
+            history = _llama_messages(messages)
+            if stream:
+                *_, response = list(llm.stream_chat(history))
+            else:
+                response = llm.chat(history)
+        thinking = [b for b in response.message.blocks if isinstance(b, ThinkingBlock)]
+        extra = response.additional_kwargs
+        return Switched(
+            response.message.content or "",
+            extra["finish_reason"],
+            "".join(b.content or "" for b in thinking),
+            extra["relay"]["switches"],
+        )
+    hook = fields.pop("request_hook")
+    config = RelayChatModel(**fields).relay_config()
+    served = relay_http(RelayServer(config, request_hook=hook))
+    with (
+        served as running,
+        openai.OpenAI(base_url=running.base_url, api_key="unused", max_retries=0) as client,
+    ):
+        body: dict[str, Any] = {"model": target.large, "messages": messages}
+        if not stream:
+            completion = client.chat.completions.create(**body)
+            choice = completion.choices[0]
+            extra = choice.message.model_extra or {}
+            return Switched(
+                choice.message.content or "",
+                choice.finish_reason,
+                extra["reasoning_content"],
+                (completion.model_extra or {})["relay"]["switches"],
+            )
+        answer, reasoning, finish, switches = "", "", None, -1
+        for chunk in client.chat.completions.create(**body, stream=True):
+            for streamed in chunk.choices:
+                answer += streamed.delta.content or ""
+                reasoning += (streamed.delta.model_extra or {}).get("reasoning_content") or ""
+                if streamed.finish_reason:  # the relay's figures come with the finish
+                    finish = streamed.finish_reason
+                    switches = (chunk.model_extra or {})["relay"]["switches"]
+        return Switched(answer, finish, reasoning, switches)
+
+
+@pytest.mark.parametrize("surface", ["RelayChatModel", "RelayLLM", "relaygen serve"])
 @pytest.mark.parametrize("path", ["tokens", "text"])
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 @pytest.mark.parametrize("messages", QUESTIONS, ids=["user", "system", "history"])
 def test_after_switches_the_answer_is_the_one_the_model_writes_after_that_reasoning(
-    targets: Targets, messages: list[dict[str, Any]], stream: bool, path: str
+    targets: Targets, messages: list[dict[str, Any]], stream: bool, path: str, surface: str
 ) -> None:
     """The relay's answer after a reasoning in which the models switched three times is the
     answer the model writes after the same reasoning in one request (the chat as vLLM renders
-    it, then the reasoning; see :func:`_single_request`): the hand-offs between requests cost
-    no token. (Not the chat endpoint with ``continue_final_message``: transformers strips the
-    final message there, so its prompt would end without the blank line after
-    ``</think>``.)"""
+    it, then the reasoning; see :func:`_single_request`), through each surface: the
+    hand-offs between requests cost no token. (Not the chat endpoint with
+    ``continue_final_message``: transformers strips the final message there, so its prompt
+    would end without the blank line after ``</think>``.)"""
     target = targets.tuned
     expected, finish_reason = _single_request(target, messages, path)
-    relay = RelayChatModel(
-        large_url=target.url,
-        large_model=target.large,
-        small_url=target.url,
-        small_model=target.small,
-        cues=["Therefore,", "Now"],
-        policy=SwitchPolicy(cooldown_tokens=0),
-        temperature=0,
-        top_k=None,
-        top_p=1.0,
-        max_tokens=600,
-        request_hook=_reasoning_then_words,
-        max_retries=0,
-        prompt_path=path,
-    )
-    with relay:
-        chat = convert_to_messages(messages)
-        if stream:
-            message: Any = _whole(relay.stream(chat))
-        else:
-            message = relay.invoke(chat)
-    summary = message.response_metadata["relay"]
-    assert summary["switches"] == 3, summary
-    assert message.additional_kwargs["reasoning_content"] == REASONING
-    assert message.content == expected
-    assert message.response_metadata["finish_reason"] == finish_reason
+    got = _switched(surface, target, messages, stream, path)
+    assert got == Switched(expected, finish_reason, REASONING, 3)
