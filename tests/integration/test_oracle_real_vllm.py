@@ -32,7 +32,6 @@ from llama_index.llms.openai_like import OpenAILike
 
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
-from relay_integrations.relay import SwitchPolicy
 from relay_integrations.relay.config import Phase
 from relay_integrations.server import RelayServer, ServerSettings
 from relay_integrations.testing import forcing
@@ -40,7 +39,7 @@ from relay_integrations.testing.forcing import regex_literal
 from relay_integrations.upstream.config import ModelRole
 from tests.fakes.relay_http import ServedRelay, relay_http
 
-from .conftest import Server
+from .conftest import Server, qwen_relay_fields
 from .oracle import (
     MAX_STOPS,
     NO_THINKING,
@@ -304,9 +303,7 @@ def _openai_answer(
         return Answer(
             text=choice.message.content or "",
             finish_reason=choice.finish_reason,
-            usage=None
-            if usage is None
-            else (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
+            usage=_totals(usage),
             tool_calls=(),
             parsed=choice.message.parsed,
         )
@@ -317,9 +314,7 @@ def _openai_answer(
         return Answer(
             text=choice.message.content or "",
             finish_reason=choice.finish_reason,
-            usage=None
-            if usage is None
-            else (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
+            usage=_totals(usage),
             tool_calls=tuple((name, _normal_json(arguments)) for name, arguments in calls),
         )
     text, finish, totals = "", None, None
@@ -328,11 +323,7 @@ def _openai_answer(
         **fields, stream=True, stream_options={"include_usage": True}
     ):
         if chunk.usage is not None:
-            totals = (
-                chunk.usage.prompt_tokens,
-                chunk.usage.completion_tokens,
-                chunk.usage.total_tokens,
-            )
+            totals = _totals(chunk.usage)
         for choice in chunk.choices:
             text += choice.delta.content or ""
             finish = choice.finish_reason or finish
@@ -349,6 +340,13 @@ def _openai_answer(
         usage=totals,
         tool_calls=tuple((n, _normal_json(a)) for n, a in calls_so_far.values()),
     )
+
+
+def _totals(usage: Any) -> tuple[int, int, int] | None:
+    """An OpenAI usage object's prompt, completion and total tokens (None: no usage)."""
+    if usage is None:
+        return None
+    return (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens)
 
 
 def _normal_json(arguments: str) -> str:
@@ -580,21 +578,19 @@ class Switched:
 
 
 def _switched_relay_fields(target: Target, path: str) -> dict[str, Any]:
-    return {
-        "large_url": target.url,
-        "large_model": target.large,
-        "small_url": target.url,
-        "small_model": target.small,
-        "cues": ["Therefore,", "Now"],
-        "policy": SwitchPolicy(cooldown_tokens=0),
-        "temperature": 0,
-        "top_k": None,
-        "top_p": 1.0,
-        "max_tokens": 600,
-        "request_hook": _reasoning_then_words,
-        "max_retries": 0,
-        "prompt_path": path,
-    }
+    """Both roles on `target`'s one model, greedy, the reasoning forced and the answer free."""
+    server = Server(target.url, target.large, target.small)
+    return qwen_relay_fields(
+        server,
+        server,
+        temperature=0,
+        top_k=None,
+        top_p=1.0,
+        max_tokens=600,
+        request_hook=_reasoning_then_words,
+        max_retries=0,
+        prompt_path=path,
+    )
 
 
 def _switched(
