@@ -22,7 +22,7 @@ from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM
 from tests.fakes.capable_model import relay_fields
-from tests.fakes.descriptors import open_fds, open_sockets
+from tests.fakes.descriptors import connections_to, open_fds, open_sockets
 
 QUESTION = "What is 2 + 2?"
 
@@ -127,22 +127,35 @@ def test_configurable_fields_do_not_grow_threads(server: ScriptedVLLM) -> None:
     assert threading.active_count() <= threads
 
 
+def settle_connections(base_url: str, expected: int, seconds: float = 10.0) -> int:
+    """This process's connections to `base_url` once they fall to `expected` (garbage
+    collected, closes run), or after `seconds`. Counted by the server's port, not as all
+    the process's files: other tests' sockets closing meanwhile do not move it."""
+    deadline = time.monotonic() + seconds
+    while True:
+        gc.collect()
+        count = connections_to(base_url)
+        if count <= expected or time.monotonic() > deadline:
+            return count
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("adapter", [RelayChatModel, RelayLLM])
 def test_close_and_the_context_manager_close_the_connections(
     server: ScriptedVLLM, adapter: type[RelaySettings]
 ) -> None:
     fields: dict[str, Any] = relay_fields(server.base_url, max_tokens=64)
-    idle = settle(0, 0, seconds=0.5)[0]
+    idle = settle_connections(server.base_url, 0)
     model = adapter(**fields)
     use(model)
-    assert open_fds() > idle  # connections to both models, kept alive for the next call
+    assert connections_to(server.base_url) > idle  # kept alive for the next call
     model.close()
-    assert settle(idle, threading.active_count())[0] <= idle
+    assert settle_connections(server.base_url, idle) <= idle
     assert use(model) == "The answer is 4."  # a closed model opens new connections
     with adapter(**fields) as managed:
         use(managed)
     model.close()
-    assert settle(idle, threading.active_count())[0] <= idle
+    assert settle_connections(server.base_url, idle) <= idle
 
 
 @pytest.mark.blocks_loop  # the sync call inside waits on the loop's thread, on purpose
@@ -151,16 +164,16 @@ async def test_aclose_and_async_with_close_the_connections(
     server: ScriptedVLLM, adapter: type[RelaySettings]
 ) -> None:
     fields: dict[str, Any] = relay_fields(server.base_url, max_tokens=64)
-    idle = settle(0, 0, seconds=0.5)[0]
+    idle = settle_connections(server.base_url, 0)
     async with adapter(**fields) as model:
         await ause(model)
         use(model)  # the sync path too: its connections live on the shared loop
-        assert open_fds() > idle
+        assert connections_to(server.base_url) > idle
     for _ in range(100):
-        if open_fds() <= idle:
+        if connections_to(server.base_url) <= idle:
             break
         await asyncio.sleep(0.02)
-    assert open_fds() <= idle
+    assert connections_to(server.base_url) <= idle
 
 
 LOOPS = 300
