@@ -105,15 +105,15 @@ def test_a_thousand_models_used_and_dropped_leave_no_threads_or_connections(
 async def test_async_models_dropped_on_the_callers_loop_close_there(server: ScriptedVLLM) -> None:
     fields: dict[str, Any] = relay_fields(server.base_url, max_tokens=64)
     await ause(RelayChatModel(**fields))
-    before = open_fds()
+    before = connections_to(server.base_url)
     for _ in range(100):
         assert await ause(RelayChatModel(**fields)) == "The answer is 4."
     for _ in range(50):  # the finalizers' closes run on this loop: let them
         gc.collect()
         await asyncio.sleep(0.02)
-        if open_fds() <= before:
+        if connections_to(server.base_url) <= before:
             break
-    assert open_fds() <= before
+    assert connections_to(server.base_url) <= before
 
 
 def test_configurable_fields_do_not_grow_threads(server: ScriptedVLLM) -> None:
