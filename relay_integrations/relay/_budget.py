@@ -35,6 +35,16 @@ class Budget:
             room = min(room, window - prompt_tokens - generated - CONTEXT_MARGIN)
         return min(room, self.reasoning_room(phase, tally, pending))
 
+    def affords_early_request(self, role: ModelRole, tally: Tally, pending: int = 0) -> bool:
+        """Whether a request of `role` may be opened ahead of its hand-off: the context it
+        carries (`role`'s prompt, when its renderer counted it, and the tokens written) is
+        within ``SwitchPolicy.speculative_handoff_max_tokens``."""
+        limit = self.policy.speculative_handoff_max_tokens
+        if limit is None:
+            return True
+        context = (self.prompt_tokens.get(role) or 0) + tally.generated + pending
+        return context <= limit
+
     def reasoning_room(self, phase: Phase, tally: Tally, pending: int = 0) -> int:
         """Tokens the reasoning may still take: its limit, and the answer's reserve."""
         if phase != "reasoning":

@@ -317,6 +317,8 @@ class Generation:
             return
         turn = upcoming.turn
         role = self.turns.writer(turn, self)
+        if not self.budget.affords_early_request(role, self.tally, pending=uncounted):
+            return
         budget, phase, tally = self.budget, self.phase, self.tally
         allowance = budget.allowance(role, phase, tally, turn.cap, 0, pending=uncounted)
         if allowance > 0:

@@ -116,6 +116,15 @@ class SwitchPolicy(Frozen):
         "space), so its prefill overlaps that token; closed unused when the token continues "
         "the word or sentence. The text is the same either way",
     )
+    speculative_handoff_max_tokens: int | None = Field(
+        default=8192,
+        ge=1,
+        description="Open a hand-off's request ahead only while the context it carries (the "
+        "model's rendered prompt and the tokens written so far) is at most this many tokens; "
+        "None: at any length. A request opened ahead and closed unused costs its server a "
+        "parse and a prefill step that grow with the context, while one used saves at most "
+        "one decoding step of the other model, whatever the length",
+    )
     warm_small_prompt: bool = Field(
         default=False,
         description="When a generation starts, send the small model its prompt (one token, "

@@ -169,3 +169,20 @@ async def test_cancelling_closes_a_request_opened_ahead() -> None:
             await asyncio.sleep(0.01)
     assert large.active == small.active == 0
     assert small.cut_short >= 1 and large.cut_short == 1
+
+
+async def test_past_the_context_bound_no_request_is_opened_ahead() -> None:
+    """``speculative_handoff_max_tokens`` bounds the context a request opened ahead may carry:
+    the hand-offs early in the generation go out ahead, those past the bound wait for their
+    confirming token, and the generation is the same at every bound."""
+    unbounded = await relay_once(TRACE, True, speculative_handoff_max_tokens=None)
+    prompt = unbounded.segments[0].usage.prompt_tokens  # the large model's first request
+    opened = []
+    for bound in (1, prompt + 16, prompt + 24, prompt + 200):
+        bounded = await relay_once(TRACE, True, speculative_handoff_max_tokens=bound)
+        assert outcome(bounded) == outcome(unbounded)
+        opened.append(bounded.stats.speculative_handoffs + bounded.stats.speculative_misses)
+    # the prompt alone is past the first bound; " Therefore" within the second, " Now" too
+    # within the third; every hand-off within the last ("e." refuted among them)
+    assert opened == [0, 1, 2, 4]
+    assert (unbounded.stats.speculative_handoffs, unbounded.stats.speculative_misses) == (3, 1)
