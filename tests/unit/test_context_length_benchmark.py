@@ -74,9 +74,10 @@ COSTS = [
 def test_the_report_gives_figures_ratios_targets_and_request_costs() -> None:
     lines = report(Measured(fabricated(), COSTS))
     assert (
-        "| 32768 (32765) | text | 200.0 / 200.0 | 800.0 / 800.0 | 11 | 224 | 4.00 | 1.33 |" in lines
-    )
-    assert "| 1024 (1021) | alone | - / - | 100.0 / 0.0 | 1 | 4 | 3.00 | - |" in lines
+        "| 32768 (32765) | text | 200.0 / 200.0 | 800.0 / 800.0 | 325.0 | 11 | 224 | 4.00 | 1.33 |"
+        in lines
+    )  # added a switch: (0.8 + 0.8 - 0.3 alone) / 4
+    assert "| 1024 (1021) | alone | - / - | 100.0 / 0.0 | - | 1 | 4 | 3.00 | - |" in lines
     # tokens / text at 32k: large 0.24/0.8, small 0.16/0.8, both 0.4/1.6
     assert "| 32768 | 0.30, 0.20, 0.25 | 1.00 | 1.00 | 1.00 |" in lines
     # tokens 32k / 1k: 0.4 / 0.2 = 2 (<= 3); text 1.6 / 0.24
@@ -84,6 +85,13 @@ def test_the_report_gives_figures_ratios_targets_and_request_costs() -> None:
         "tokens, API CPU a switch at 32768 / at 1024: 2.00 (target <= 3: met); text: 6.67" in lines
     )
     assert "API CPU a switch at 32768, tokens / text: 0.25 (target < 0.5: met)" in lines
+    # beyond the large model alone: tokens (0.4 - 0.3) / 4 at 32k, (0.2 - 0.1) / 4 at 1k; text
+    # (1.6 - 0.3) / 4 and (0.24 - 0.1) / 4
+    assert (
+        "tokens, API CPU added a switch at 32768 / at 1024: 1.00 (target <= 3: met); text: 9.29"
+        in lines
+    )
+    assert "API CPU added a switch at 32768, tokens / text: 0.08 (target < 0.5: met)" in lines
     assert "requests a generation at 32768, alone: /v1/chat/completions 1" in lines
     assert lines[-4:] == [
         "| one request, large API server's CPU (ms) | render | completion, prompt as ids |",
@@ -106,7 +114,12 @@ def test_a_missed_target_is_said() -> None:
     assert targets(cells(worse)) == [
         "tokens, API CPU a switch at 32768 / at 1024: 8.00 (target <= 3: MISSED); text: 6.67",
         "API CPU a switch at 32768, tokens / text: 1.00 (target < 0.5: MISSED)",
+        "tokens, API CPU added a switch at 32768 / at 1024: 13.00 (target <= 3: MISSED); "
+        "text: 9.29",
+        "API CPU added a switch at 32768, tokens / text: 1.00 (target < 0.5: MISSED)",
     ]
+    without_alone = [g for g in worse if g.path != "alone"]
+    assert len(targets(cells(without_alone))) == 2  # the added figure needs the large alone
 
 
 def test_the_cli_prints_the_report_and_draws_the_plot(
