@@ -329,15 +329,18 @@ class RelaySettings(BaseModel):
         """The client of the current configuration, shared with every model whose client
         would be the same (:mod:`._shared_clients`)."""
         config, key = self._derived()
-        lease = self._lease
-        if lease is not None and lease.held_by(self):
-            if lease.key == key:
-                return lease.client
+        lease = self._lease if self._lease is not None and self._lease.held_by(self) else None
+        if lease is not None and lease.key == key:
+            return lease.client
+        # the new lease first: a configuration that cannot be served (a cue set that does
+        # not load) raises here, and the model keeps the client it had, still leased
+        fresh = lease_client(self, key, config, self.renderer, self.request_hook)
+        if lease is not None:
             left = lease.release()  # moved to other endpoints: the old ones may close
             if left is not None:
                 left.close_later()
-        self._lease = lease_client(self, key, config, self.renderer, self.request_hook)
-        return self._lease.client
+        self._lease = fresh
+        return fresh.client
 
     @classmethod
     def _from_user(cls, data: Mapping[str, Any], environment: RelayEnvironment) -> dict[str, Any]:

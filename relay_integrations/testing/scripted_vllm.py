@@ -420,10 +420,16 @@ class ScriptedVLLM:
                     merged = ""
             if merged or outcome.unsent:
                 yield chunk(merged)
+            # a loop turn before each of the last events, as between tokens: a client that
+            # closed the stream at its last text is seen gone, not written to four times more
+            # (asyncio's "socket.send() raised exception.")
+            await asyncio.sleep(0)
             ids: list[int] | None = [] if with_ids else None
             yield _chunk(model.name, "", outcome.finish, outcome.stop_reason, ids=ids)
+            await asyncio.sleep(0)
             final = {**_completion(model.name, []), "usage": outcome.usage}
             yield "data: " + json.dumps(final) + "\n\n"
+            await asyncio.sleep(0)
             finished = True
             yield "data: [DONE]\n\n"
         finally:
