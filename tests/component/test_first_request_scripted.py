@@ -6,6 +6,7 @@ Against the scripted fake; the real-vLLM suites run every generation this way.""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -46,7 +47,7 @@ class SlowSmallRender(ServerChatTemplate):
 
 
 async def relay_with(
-    large: ScriptedModel, small: ScriptedModel, **policy: object
+    large: ScriptedModel, small: ScriptedModel, **policy: Any
 ) -> tuple[RelayResult, SlowSmallRender, float]:
     """One generation with the small model's render slowed down; the seconds to its first
     text event."""
