@@ -89,8 +89,7 @@ class SpeculativeHandoff:
 
 class HandoffSlot:
     """The one request opened ahead a generation may hold (a speculative hand-off, or its
-    first request), and how many requests opened ahead of a hand-off were used and how many
-    closed unused."""
+    first request), and how many hand-offs' were used and how many closed unused."""
 
     def __init__(self) -> None:
         self.handoff: SpeculativeHandoff | None = None
