@@ -6,7 +6,6 @@ Against the scripted fake; the real-vLLM suites run every generation this way.""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
@@ -47,7 +46,7 @@ class SlowSmallRender(ServerChatTemplate):
 
 
 async def relay_with(
-    large: ScriptedModel, small: ScriptedModel, **policy: Any
+    large: ScriptedModel, small: ScriptedModel, **policy: object
 ) -> tuple[RelayResult, SlowSmallRender, float]:
     """One generation with the small model's render slowed down; the seconds to its first
     text event."""
