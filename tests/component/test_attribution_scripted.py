@@ -78,8 +78,8 @@ async def test_langchain_chunks_name_their_model(
     server: ScriptedVLLM, relay_runs: list[Run], how: str
 ) -> None:
     model = RelayChatModel(**relay_fields(server.base_url))
-    if how == "stream":
-        chunks = list(model.stream(QUESTION))
+    if how == "stream":  # the sync surfaces run on a worker thread, off the test's loop
+        chunks = await asyncio.to_thread(lambda: list(model.stream(QUESTION)))
     elif how == "astream":
         chunks = [chunk async for chunk in model.astream(QUESTION)]
     else:
@@ -89,8 +89,10 @@ async def test_langchain_chunks_name_their_model(
             def on_llm_new_token(self, *args: Any, **kwargs: Any) -> None:
                 seen.append(kwargs["chunk"].message)
 
-        RelayChatModel(**relay_fields(server.base_url), streaming=True).invoke(
-            QUESTION, config={"callbacks": [Tokens()]}
+        await asyncio.to_thread(
+            RelayChatModel(**relay_fields(server.base_url), streaming=True).invoke,
+            QUESTION,
+            config={"callbacks": [Tokens()]},
         )
         chunks = seen
     assert chunks
@@ -132,7 +134,7 @@ async def test_llama_index_deltas_name_their_model(
 ) -> None:
     llm = RelayLLM(**relay_fields(server.base_url))
     messages = [ChatMessage(role="user", content=QUESTION)]
-    responses = list(llm.stream_chat(messages))
+    responses = await asyncio.to_thread(lambda: list(llm.stream_chat(messages)))
     async_responses = [r async for r in await llm.astream_chat(messages)]
     for streamed in (responses, async_responses):
         assert all(r.additional_kwargs["relay_model"] in ("large", "small") for r in streamed)
