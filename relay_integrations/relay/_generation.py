@@ -75,11 +75,12 @@ class Generation:
         context_windows: Mapping[ModelRole, int | None],
         request_hook: RequestHook | None = None,
         started: float | None = None,
-        degraded: str | None = None,
     ) -> None:
-        """`prompts` holds the models that serve this generation (no small model's prompt:
-        the large model writes everything, and `degraded` says why); `mode`: how the large
-        model's prompt leaves the reasoning."""
+        """`prompts` holds the models' rendered prompts known when the generation is made (the
+        large model's: its first request may be opened while the small model's is rendered,
+        :meth:`open_first`); before the generation is played, :meth:`admit_small` gives the
+        small model's, or :meth:`degrade` says why the large model writes everything. `mode`:
+        how the large model's prompt leaves the reasoning."""
         self.id = generation_id = request.generation_id or f"relay-{uuid.uuid4().hex}"
         self.config = config
         self.turns = turns
@@ -90,8 +91,8 @@ class Generation:
         self.mode = mode
         self.transcript = ""
         self.phase: Phase = "answer" if self.mode is PromptReasoning.CLOSED else "reasoning"
-        self.small_available = "small" in prompts
-        self.degraded = degraded
+        self.small_available = True
+        self.degraded: str | None = None
         """Why the large model wrote what the small one would have (its server failed or is
         known down), or None."""
         self.segments: list[Segment] = []
@@ -99,7 +100,7 @@ class Generation:
         self.tally = Tally()
         self.budget = Budget(
             sampling.max_tokens,
-            context_windows,
+            dict(context_windows),
             {role: prompt.token_count for role, prompt in prompts.items()},
             config.policy,
         )
@@ -111,6 +112,37 @@ class Generation:
             generation_id, config, turns, self.prompts, sampling, request_hook, request.extra_body
         )
         self._warm_up: PromptWarmUp | None = None
+
+    def open_first(self, turn: Turn) -> None:
+        """Open `turn`'s first request now, if the large model writes it: it is held as a
+        request opened ahead (the turn adopts it if it is the request the turn sends once
+        the small model's prompt is known, else it is closed), so that the large model's
+        prefill runs while the small model's prompt is rendered."""
+        role = self.turns.writer(turn, self)
+        allowance = self.budget.allowance(role, self.phase, self.tally, turn.cap, 0)
+        if role != "large" or allowance <= 0:
+            return
+        request = self.requests.build(self, turn, role, allowance)
+        numbered = self.requests.numbered(request)
+        with self.recovery.scope():  # its first piece's task retries within the deadline
+            first = SpeculativeHandoff(
+                self.endpoints[role], role, "", request, numbered, self.transcript, counted=False
+            )
+        self.handoff.hold(first)
+
+    def admit_small(self, prompt: RenderedPrompt | RenderedIds, window: int | None) -> None:
+        """The small model's prompt, rendered after the generation was made (before it is
+        played)."""
+        self.prompts.add("small", prompt)
+        budget = self.budget
+        windows = {**budget.windows, "small": window}
+        prompt_tokens = {**budget.prompt_tokens, "small": prompt.token_count}
+        self.budget = replace(budget, windows=windows, prompt_tokens=prompt_tokens)
+
+    def degrade(self, reason: str) -> None:
+        """The small model cannot serve this generation (`reason`): the large one writes
+        everything."""
+        self.small_available, self.degraded = False, reason
 
     async def play(self, turn: Turn) -> AsyncIterator[TextDelta | SegmentDone]:
         """Let the turn's writer write until the turn's decision ends it: yields the visible
@@ -134,8 +166,7 @@ class Generation:
         except UpstreamFailure as failure:
             if role == "large" or self.config.policy.on_small_failure == "raise":
                 raise
-            self.small_available = False
-            self.degraded = f"the small model's server failed: {failure.reason}"
+            self.degrade(f"the small model's server failed: {failure.reason}")
         finally:
             self.tally.seconds[role] += time.perf_counter() - began
             segment = Segment(

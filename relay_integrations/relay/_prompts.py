@@ -124,13 +124,20 @@ class Prompts:
     (:class:`TokenTrack`, one per tokenizer), else the rendered text and the transcript."""
 
     def __init__(self, rendered: Mapping[ModelRole, RenderedPrompt | RenderedIds]) -> None:
-        self.rendered = rendered
+        self.rendered: dict[ModelRole, RenderedPrompt | RenderedIds] = {}
         self._tracks: dict[ModelRole, TokenTrack] = {}
-        by_ids: dict[tuple[int, ...], TokenTrack] = {}
         for role, prompt in rendered.items():
-            if isinstance(prompt, RenderedIds):
-                track = by_ids.get(prompt.ids) or TokenTrack(prompt.ids)
-                self._tracks[role] = by_ids[prompt.ids] = track
+            self.add(role, prompt)
+
+    def add(self, role: ModelRole, prompt: RenderedPrompt | RenderedIds) -> None:
+        """`role`'s rendered prompt, given before any of its requests is built (one rendered
+        later than the others': before a piece of theirs is read). A model whose ids are
+        another's shares its track."""
+        self.rendered[role] = prompt
+        if isinstance(prompt, RenderedIds):
+            same = (r for r, p in self.rendered.items() if r in self._tracks and p == prompt)
+            shared = next(same, None)
+            self._tracks[role] = self._tracks[shared] if shared else TokenTrack(prompt.ids)
 
     @property
     def path(self) -> str:

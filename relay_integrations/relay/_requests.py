@@ -18,7 +18,7 @@ from ..upstream.config import ModelRole, SamplingConfig
 from ..upstream.endpoint import CompletionRequest
 from ._prompts import Prompts
 from ._turns import MethodTurns, RunState, Turn
-from .config import RelayConfig, RequestHook
+from .config import Phase, RelayConfig, RequestHook
 
 
 class TurnRequests:
@@ -41,6 +41,7 @@ class TurnRequests:
         self.extra_body = extra_body
         self.sent = 0
         self._sampling: dict[ModelRole, Mapping[str, Any]] = {}  # each model's, made once
+        self._hooked: tuple[tuple[ModelRole, Phase, str], Mapping[str, Any]] | None = None
 
     def build(
         self,
@@ -55,7 +56,7 @@ class TurnRequests:
         transcript = run.transcript if transcript is None else transcript
         body = {**self.extra_body, **self.turns.extra_body(turn, run)}
         if self.request_hook is not None:
-            body.update(self.request_hook(role, run.phase, transcript))
+            body.update(self._hook(self.request_hook, role, run.phase, transcript))
         return CompletionRequest(
             prompt=self.prompts.of(role, transcript),
             max_tokens=allowance,
@@ -66,6 +67,17 @@ class TurnRequests:
             # the answer is the last turn: no later request continues from its ids
             return_token_ids=run.phase == "reasoning",
         )
+
+    def _hook(
+        self, hook: RequestHook, role: ModelRole, phase: Phase, transcript: str
+    ) -> Mapping[str, Any]:
+        """The request hook's fields for (`role`, `phase`, `transcript`): asked once for a
+        request opened ahead and the turn's request that it may serve, built from the same
+        three (a hook that counts its calls sees one a request)."""
+        key = (role, phase, transcript)
+        if self._hooked is None or self._hooked[0] != key:
+            self._hooked = (key, hook(role, phase, transcript))
+        return self._hooked[1]
 
     def _sampling_of(self, role: ModelRole) -> Mapping[str, Any]:
         """`role`'s sampling fields (the shared ones, its own over them), read only."""

@@ -42,8 +42,13 @@ class SpeculativeHandoff:
         request: CompletionRequest,
         numbered: CompletionRequest,
         transcript: str,
+        counted: bool = True,
     ) -> None:
+        """`counted`: in the slot's used and missed counts (a hand-off's request opened
+        ahead; not a generation's first request, opened before the small model's prompt is
+        known)."""
         self.role: ModelRole = role
+        self.counted = counted
         self.confirmed_by = confirmed_by
         self.request = request  # as the turn builds it (no request number)
         self.transcript = transcript  # the text the hand-off must leave for it to serve
@@ -83,8 +88,9 @@ class SpeculativeHandoff:
 
 
 class HandoffSlot:
-    """The one speculative hand-off a generation may hold, and how many were used and how
-    many closed unused."""
+    """The one request opened ahead a generation may hold (a speculative hand-off, or its
+    first request), and how many requests opened ahead of a hand-off were used and how many
+    closed unused."""
 
     def __init__(self) -> None:
         self.handoff: SpeculativeHandoff | None = None
@@ -102,7 +108,7 @@ class HandoffSlot:
         handoff = self.handoff
         if handoff is None or not handoff.serves(role, request, transcript):
             return None
-        self.handoff, self.used = None, self.used + 1
+        self.handoff, self.used = None, self.used + handoff.counted
         return handoff.pieces()
 
     def may_serve(self, transcript: str) -> bool:
@@ -117,7 +123,7 @@ class HandoffSlot:
         """Close the held request, if any (it counts as missed)."""
         if self.handoff is not None:
             handoff, self.handoff = self.handoff, None
-            self.missed += 1
+            self.missed += handoff.counted
             await handoff.discard()
 
 

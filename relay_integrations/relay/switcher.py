@@ -131,42 +131,40 @@ class RelaySwitcher(AsyncClosing):
         return self.stream_request(request)
 
     async def stream_request(self, request: RelayRequest) -> AsyncGenerator[RelayEvent, None]:
-        """:meth:`stream` for a generation asked as one value."""
+        """:meth:`stream` for a generation asked as one value.
+
+        The first token waits only for what it needs: the large model's first request goes
+        out as soon as its own prompt is rendered, and the small model's prompt is rendered
+        meanwhile; the generation is played (and a prompt that does not fit either window
+        refused) once both are known."""
         tools = [dict(tool) for tool in request.tools] or None
         chat = ChatInput(list(request.messages), tools, dict(request.chat_template_kwargs))
         started = time.perf_counter()
-        large, small = await asyncio.gather(
-            self._prepare("large", chat), self._prepare("small", chat), return_exceptions=True
-        )
-        prepared: dict[ModelRole, tuple[RenderedPrompt | RenderedIds, int | None]] = {}
-        degraded = None
-        for role, outcome in zip(MODEL_ROLES, (large, small), strict=True):
-            if isinstance(outcome, UpstreamFailure):
-                if role == "small" and self.config.policy.on_small_failure == "use_large":
-                    # unreachable small model (at once while known down): the large one
-                    # writes everything
-                    degraded = f"the small model's server failed: {outcome.reason}"
-                    continue
+        small = asyncio.create_task(self._prepare("small", chat))
+        try:
+            large = await self._prepare("large", chat)
+        except BaseException as failure:
+            await _settled(small)  # the large model's failure is the one to tell
+            if isinstance(failure, UpstreamFailure):
                 raise EndpointError(
-                    role, outcome.detail, kind=outcome.kind, reason=outcome.reason
-                ) from outcome
-            if isinstance(outcome, BaseException):
-                raise outcome
-            prepared[role] = outcome
-        _check_fits(prepared)
+                    "large", failure.detail, kind=failure.kind, reason=failure.reason
+                ) from failure
+            raise
         run = Generation(
             request,
             config=self.config,
             turns=self.turns,
             endpoints=self.endpoints,
-            prompts={role: prompt for role, (prompt, _) in prepared.items()},
-            mode=self._reasoning_of(prepared["large"][0]),
-            context_windows={role: window for role, (_, window) in prepared.items()},
+            prompts={"large": large[0]},
+            mode=self._reasoning_of(large[0]),
+            context_windows={"large": large[1]},
             request_hook=self.request_hook,
             started=started,
-            degraded=degraded,
         )
         try:
+            if _overflow({"large": large}) is None:
+                run.open_first(self.turns.first(run))
+            await self._admit_small(run, large, small)
             async for event in self._relay(run):
                 yield event
         except UpstreamFailure as failure:
@@ -175,7 +173,35 @@ class RelaySwitcher(AsyncClosing):
                 failure.role, failure.detail, partial, failure.kind, failure.reason
             ) from failure
         finally:
+            await _settled(small)  # done by now, unless the caller left while it rendered
             await run.aclose()
+
+    async def _admit_small(
+        self,
+        run: Generation,
+        large: tuple[RenderedPrompt | RenderedIds, int | None],
+        rendering: asyncio.Task[tuple[RenderedPrompt | RenderedIds, int | None]],
+    ) -> None:
+        """Wait for the small model's prompt and give it to `run`, or degrade `run` when its
+        server fails and the policy lets the large model write everything; refuse a prompt
+        that leaves either model no room to write (both named)."""
+        prepared: dict[ModelRole, tuple[RenderedPrompt | RenderedIds, int | None]]
+        prepared = {"large": large}
+        try:
+            prepared["small"] = await rendering
+        except UpstreamFailure as failure:
+            if self.config.policy.on_small_failure != "use_large":
+                raise EndpointError(
+                    "small", failure.detail, kind=failure.kind, reason=failure.reason
+                ) from failure
+            # unreachable small model (at once while known down): the large one writes
+            # everything
+            run.degrade(f"the small model's server failed: {failure.reason}")
+        overflow = _overflow(prepared)
+        if overflow is not None:
+            raise overflow
+        if "small" in prepared:
+            run.admit_small(*prepared["small"])
 
     async def _relay(self, run: Generation) -> AsyncIterator[RelayEvent]:
         """The method: walk the table of turns (:mod:`._turns`), one turn at a time."""
@@ -254,12 +280,23 @@ learned with the first render of the process that needs them: relays made for ea
 loop (a model called from ``asyncio.run`` after ``asyncio.run``) do not ask again."""
 
 
-def _check_fits(
+async def _settled(task: asyncio.Task[Any]) -> None:
+    """`task` cancelled if it is still running, and its outcome, whatever it was, retrieved
+    (a render nobody waits for any more)."""
+    task.cancel()
+    await asyncio.wait([task])
+    if not task.cancelled():
+        task.exception()
+
+
+def _overflow(
     prepared: Mapping[ModelRole, tuple[RenderedPrompt | RenderedIds, int | None]],
-) -> None:
-    """Refuse, before the first token, a prompt that leaves a model no room to write (both
-    models are named, so the error says how far each is over)."""
+) -> ContextOverflowError | None:
+    """The error that refuses, before the first token, a prompt that leaves a model no room
+    to write (the models `prepared` holds are named, so the error says how far each is
+    over), or None."""
     counts = {r: p.token_count for r, (p, w) in prepared.items() if p.token_count and w}
     windows = {r: w for r, (p, w) in prepared.items() if p.token_count and w}
     if any(counts[r] + CONTEXT_MARGIN >= windows[r] for r in counts):
-        raise ContextOverflowError(counts, windows)
+        return ContextOverflowError(counts, windows)
+    return None

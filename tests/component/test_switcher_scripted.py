@@ -479,10 +479,22 @@ async def test_a_model_answering_without_reasoning_may_use_the_answer_reserve() 
     assert [r["max_tokens"] for r in large.requests] == [48, 12]
 
 
-async def test_a_prompt_over_a_window_is_refused_before_any_completion() -> None:
+async def test_a_prompt_over_a_window_is_refused_before_any_text() -> None:
     large = ScriptedModel("large", TRACE, max_model_len=4096)
     small = ScriptedModel("small", TRACE, max_model_len=24)  # the small window is the short one
     async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
         with pytest.raises(ContextOverflowError, match="small model 32 tokens, window 24"):
+            async for event in relay.stream(MESSAGES):
+                raise AssertionError(f"nothing is shown of a refused prompt: {event}")
+    # rendered (POST /tokenize), never sent to the small model; the large model's first
+    # request went out while the small prompt rendered, and was closed
+    assert not small.requests and len(large.requests) <= 1
+
+
+async def test_a_prompt_over_the_large_window_is_never_sent() -> None:
+    large = ScriptedModel("large", TRACE, max_model_len=24)
+    small = ScriptedModel("small", TRACE, max_model_len=24)
+    async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
+        with pytest.raises(ContextOverflowError, match="large model 32 tokens, window 24"):
             await relay.generate(MESSAGES)
-    assert not large.requests and not small.requests  # rendered (POST /tokenize), never sent
+    assert not large.requests and not small.requests
