@@ -25,6 +25,7 @@ from contextlib import aclosing
 from dataclasses import replace
 from functools import partial
 
+from ..upstream import tracing
 from ..upstream.config import ModelRole
 from ..upstream.endpoint import (
     CompletionRequest,
@@ -75,12 +76,14 @@ class Generation:
         context_windows: Mapping[ModelRole, int | None],
         request_hook: RequestHook | None = None,
         started: float | None = None,
+        span: tracing.Span | None = None,
     ) -> None:
         """`prompts` holds the models' rendered prompts known when the generation is made (the
         large model's: its first request may be opened while the small model's is rendered,
         :meth:`open_first`); before the generation is played, :meth:`admit_small` gives the
         small model's, or :meth:`degrade` says why the large model writes everything. `mode`:
-        how the large model's prompt leaves the reasoning."""
+        how the large model's prompt leaves the reasoning; `span`: the generation's trace span,
+        the parent of its segments' spans (None when not tracing)."""
         self.id = generation_id = request.generation_id or f"relay-{uuid.uuid4().hex}"
         self.config = config
         self.turns = turns
@@ -112,6 +115,8 @@ class Generation:
             generation_id, config, turns, self.prompts, sampling, request_hook, request.extra_body
         )
         self._warm_up: PromptWarmUp | None = None
+        self.span = span
+        self._segment_span: tracing.Span | None = None  # the turn being played's
 
     def open_first(self, turn: Turn) -> None:
         """Open `turn`'s first request now, if the large model writes it: it is held as a
@@ -124,7 +129,8 @@ class Generation:
             return
         request = self.requests.build(self, turn, role, allowance)
         numbered = self.requests.numbered(request)
-        with self.recovery.scope():  # its first piece's task retries within the deadline
+        # its first piece's task retries within the deadline
+        with self.recovery.scope(), tracing.current(self.span, "first_request"):
             first = SpeculativeHandoff(
                 self.endpoints[role], role, "", request, numbered, self.transcript, counted=False
             )
@@ -157,6 +163,7 @@ class Generation:
         start, began = len(self.transcript), time.perf_counter()
         usage = ModelUsage()  # this turn's; its tokens count against the turn's cap
         decision = TurnDecision("failed")
+        self._segment_span = self._start_segment_span(role, phase)
         try:
             async for item in self._requests(role, turn, usage):
                 if isinstance(item, TurnDecision):
@@ -179,7 +186,21 @@ class Generation:
                 seconds=time.perf_counter() - began,
             )
             self.segments.append(segment)
+            tracing.finish(self._segment_span, _segment_attributes(segment))
         yield SegmentDone(segment)
+
+    def _start_segment_span(self, role: ModelRole, phase: Phase) -> tracing.Span | None:
+        """The span of a segment `role` writes now in `phase` (None when not tracing)."""
+        if self.span is None:
+            return None
+        model = self.config.endpoint(role).model
+        attributes = {
+            "relay.segment.model": role,
+            "relay.segment.phase": phase,
+            "relay.segment.index": len(self.segments),
+            "gen_ai.request.model": model,
+        }
+        return tracing.start(f"relay.segment {role}", attributes, parent=self.span)
 
     async def _requests(
         self, role: ModelRole, turn: Turn, usage: ModelUsage
@@ -202,7 +223,9 @@ class Generation:
                 request = self._goes_on(request, self.transcript[start:])
             end: RequestEnd | None = None
             try:
-                async with aclosing(self._send(role, phase, request, usage, forecast)) as items:
+                purpose: tracing.Purpose = "resume" if resumed else "completion"
+                sent = self._send(role, phase, request, usage, forecast, purpose)
+                async with aclosing(sent) as items:
                     async for item in items:
                         if isinstance(item, RequestEnd):
                             end = item
@@ -228,6 +251,7 @@ class Generation:
         request: CompletionRequest,
         turn: ModelUsage,
         forecast: Forecast,
+        purpose: tracing.Purpose,
     ) -> AsyncGenerator[TextDelta | RequestEnd, None]:
         """Stream one request into the transcript: the text released, then how the request
         ended. Its usage goes to `turn`; a broken stream's text stays, and its tokens count
@@ -235,7 +259,8 @@ class Generation:
         after the server had ended the request (its finish came, or its text holds a stop)
         ended there: only a stream that broke mid-way raises :class:`StreamInterrupted`.
         The request is opened within the generation's recovery deadline, and its first
-        piece ends a recovery (:class:`~._recovery.Recovery`)."""
+        piece ends a recovery (:class:`~._recovery.Recovery`); `purpose`: why it is sent (its
+        trace span says)."""
         pieces, tokens, counted, start = 0, None, False, len(self.transcript)
         finish_reason: str | None = None
         stop_reason: str | int | None = None
@@ -246,7 +271,8 @@ class Generation:
         track, asked = self.prompts.track(role), request.prompt
         try:
             async with aclosing(stream):
-                with self.recovery.scope():  # the endpoint retries here, within the deadline
+                # the endpoint retries here, within the deadline; its span under the segment's
+                with self.recovery.scope(), tracing.current(self._segment_span, purpose):
                     piece = await anext(stream, None)
                 self.recovery.recovered()
                 if track is not None and piece is not None and not isinstance(asked, str):
@@ -357,7 +383,9 @@ class Generation:
             request = self.requests.build(self, turn, role, allowance, target)
             numbered = self.requests.numbered(request)
             endpoint = self.endpoints[role]
-            with self.recovery.scope():  # its first piece's task retries within the deadline
+            span = self._segment_span
+            # its first piece's task retries within the deadline
+            with self.recovery.scope(), tracing.current(span, "speculative_handoff"):
                 handoff = SpeculativeHandoff(
                     endpoint, role, upcoming.confirmed_by, request, numbered, target
                 )
@@ -399,7 +427,8 @@ class Generation:
         """Send `role` its prompt now, one token, so that its server's prefix cache holds it
         by `role`'s first turn (see :mod:`._warm_up`)."""
         request = self.requests.numbered(self.requests.prompt_only(role))
-        self._warm_up = PromptWarmUp(self.endpoints[role], request)
+        with tracing.current(self.span, "warm_up"):
+            self._warm_up = PromptWarmUp(self.endpoints[role], request)
 
     async def aclose(self) -> None:
         """Close what is still open (a speculative hand-off to a turn that never came, the
@@ -444,3 +473,15 @@ def _stopped_in(text: str, stops: Sequence[str]) -> tuple[str | None, str | None
     if not found:
         return None, None
     return "stop", min(found)[1]
+
+
+def _segment_attributes(segment: Segment) -> dict[str, tracing.AttributeValue | None]:
+    """What a segment's span says at its end (no text)."""
+    return {
+        "relay.segment.ended_by": segment.ended_by,
+        "relay.segment.cue": segment.cue,
+        "relay.segment.seconds": round(segment.seconds, 6),
+        "relay.segment.requests": segment.usage.requests,
+        "gen_ai.usage.input_tokens": segment.usage.prompt_tokens,
+        "gen_ai.usage.output_tokens": segment.usage.completion_tokens,
+    }

@@ -24,6 +24,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any
 
+from ..upstream import tracing
 from ..upstream.config import MODEL_ROLES, ModelRole, SamplingConfig
 from ..upstream.endpoint import Endpoint, UpstreamFailure
 from ..upstream.rendering import (
@@ -140,11 +141,18 @@ class RelaySwitcher(AsyncClosing):
         tools = [dict(tool) for tool in request.tools] or None
         chat = ChatInput(list(request.messages), tools, dict(request.chat_template_kwargs))
         started = time.perf_counter()
-        small = asyncio.create_task(self._prepare("small", chat))
+        span = self._generation_span(request)
+        failed: BaseException | None = None
+        result: RelayResult | None = None
+        closed = False
+        with tracing.current(span):  # the renders' spans under the generation's
+            small = asyncio.create_task(self._prepare("small", chat))
         try:
-            large = await self._prepare("large", chat)
+            with tracing.current(span):
+                large = await self._prepare("large", chat)
         except BaseException as failure:
             await _settled(small)  # the large model's failure is the one to tell
+            tracing.finish(span, failure=failure)
             if isinstance(failure, UpstreamFailure):
                 raise EndpointError(
                     "large", failure.detail, kind=failure.kind, reason=failure.reason
@@ -160,21 +168,52 @@ class RelaySwitcher(AsyncClosing):
             context_windows={"large": large[1]},
             request_hook=self.request_hook,
             started=started,
+            span=span,
         )
         try:
             if _overflow({"large": large}) is None:
                 run.open_first(self.turns.first(run))
-            await self._admit_small(run, large, small)
+            with tracing.current(span):
+                await self._admit_small(run, large, small)
             async for event in self._relay(run):
+                if isinstance(event, RelayDone):
+                    result = event.result
                 yield event
         except UpstreamFailure as failure:
-            partial = run.result("error")
-            raise EndpointError(
-                failure.role, failure.detail, partial, failure.kind, failure.reason
-            ) from failure
+            result = run.result("error")
+            failed = EndpointError(
+                failure.role, failure.detail, result, failure.kind, failure.reason
+            )
+            raise failed from failure
+        except (GeneratorExit, asyncio.CancelledError):
+            closed = True  # the caller stopped reading: no failure
+            raise
+        except BaseException as failure:
+            failed = failure
+            raise
         finally:
             await _settled(small)  # done by now, unless the caller left while it rendered
             await run.aclose()
+            if span is not None:
+                attributes = _generation_attributes(result or run.result("error"))
+                tracing.finish(span, {**attributes, "relay.closed_early": closed}, failed)
+
+    def _generation_span(self, request: RelayRequest) -> tracing.Span | None:
+        """The span of a generation (None when not tracing)."""
+        if tracing.tracer() is None:
+            return None
+        large, small = self.config.large.model, self.config.small.model
+        attributes: dict[str, tracing.AttributeValue] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": large,
+            "relay.small.model": small,
+        }
+        if request.generation_id is not None:
+            attributes["relay.generation.id"] = request.generation_id
+        sampling = request.sampling or self.config.sampling
+        if sampling.max_tokens is not None:
+            attributes["gen_ai.request.max_tokens"] = sampling.max_tokens
+        return tracing.start(f"chat {large}", attributes)
 
     async def _admit_small(
         self,
@@ -300,3 +339,26 @@ def _overflow(
     if any(counts[r] + CONTEXT_MARGIN >= windows[r] for r in counts):
         return ContextOverflowError(counts, windows)
     return None
+
+
+def _generation_attributes(result: RelayResult) -> dict[str, tracing.AttributeValue | None]:
+    """What a generation's span says at its end (no text)."""
+    stats = result.stats
+    usage = result.usage.values()
+    attributes: dict[str, tracing.AttributeValue | None] = {
+        "relay.generation.id": result.generation_id,
+        "gen_ai.response.finish_reasons": [result.finish_reason],
+        "gen_ai.usage.input_tokens": sum(u.prompt_tokens for u in usage),
+        "gen_ai.usage.output_tokens": sum(u.completion_tokens for u in usage),
+        "relay.large_share": round(stats.large_share, 4),
+        "relay.switches": stats.switches,
+        "relay.resumes": stats.resumes,
+        "relay.segments": len(result.segments),
+        "relay.speculative_handoffs": stats.speculative_handoffs,
+        "relay.speculative_misses": stats.speculative_misses,
+        "relay.degraded": stats.degraded,
+    }
+    for role, counted in result.usage.items():
+        attributes[f"relay.usage.{role}.input_tokens"] = counted.prompt_tokens
+        attributes[f"relay.usage.{role}.output_tokens"] = counted.completion_tokens
+    return attributes

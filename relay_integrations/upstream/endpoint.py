@@ -32,6 +32,7 @@ import openai
 from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from . import tracing
 from ._failures import (
     ERROR_OBJECT,
     ServerDown,
@@ -184,6 +185,7 @@ class Endpoint:
         """Whether the server is known down (a circuit breaker: :mod:`.availability`)."""
         self._model_info: ModelInfo | None = None
         self._tokenized: dict[str, tuple[int, ...]] = {}  # short texts' ids (tokenize_text)
+        self._server_attributes: dict[str, Any] | None = None  # its spans' (made once)
         self.stop_limit: int | None = config.max_stop_strings
         """Stop strings the server takes per request: configured, or learned from its first
         refusal of a longer list; None while unknown (all are sent)."""
@@ -266,12 +268,33 @@ class Endpoint:
         return ids
 
     async def _json(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
-        async with self._slots:
-            response = await self._http.request(method, path, dict(body) if body else None)
-            try:
-                return await response.json()
-            finally:
-                await response.close()
+        span = tracing.start(f"{method} {path}", self._span_attributes(path), client=True)
+        failure: BaseException | None = None
+        try:
+            async with self._slots:
+                response = await self._http.request(
+                    method, path, dict(body) if body else None, tracing.traceparent(span)
+                )
+                try:
+                    return await response.json()
+                finally:
+                    await response.close()
+        except BaseException as failed:
+            failure = failed
+            raise
+        finally:
+            tracing.finish(span, failure=failure)
+
+    def _span_attributes(self, path: str) -> dict[str, Any]:
+        """What a span of a request for `path` says of it (no header, no query, no user)."""
+        if self._server_attributes is None:
+            self._server_attributes = tracing.server_attributes(self.config.base_url)
+        return {
+            **self._server_attributes,
+            "url.path": path,
+            "relay.model.role": self.role,
+            "gen_ai.request.model": self.config.model,
+        }
 
     async def stream_completion(
         self, request: CompletionRequest
@@ -289,6 +312,10 @@ class Endpoint:
         observer, completed = self.observer, False
         if observer is not None:
             await observer.opened(self, request)
+        span = self._completion_span(request)
+        failure: BaseException | None = None
+        finish_reason: str | None = None
+        usage = so_far = StreamPiece()
         try:
             prompt: str | list[int] = request.prompt  # type: ignore[assignment]
             tail: list[int] | None = None
@@ -296,18 +323,19 @@ class Endpoint:
                 tail = await self.tokenize_text(request.prompt.text) if request.prompt.text else []
                 prompt = [*request.prompt.ids, *tail]
             async with self._slots:
-                opened = await self._with_retries(lambda: self._open(request, prompt))
+                headers = {**request.headers, **tracing.traceparent(span)}
+                opened = await self._with_retries(lambda: self._open(request, prompt, headers))
                 response, events, piece = opened
                 if piece is not None:
                     piece.tail_ids = tail
                 watch = self._stream_stops(request)  # after _open: it may learn the limit
-                received, so_far, counted, finished, ended = "", StreamPiece(), False, False, False
+                received, counted, finished, ended = "", False, False, False
                 try:
                     while piece is not None:
                         if piece.finish_reason is not None:
-                            finished = True
+                            finished, finish_reason = True, piece.finish_reason
                         if piece.usage_only:
-                            counted = True
+                            counted, usage = True, piece
                         elif piece.completion_tokens is not None:
                             # the usage so far (continuous usage stats): the piece's token
                             # count; usage is counted once, from the final usage chunk
@@ -337,7 +365,7 @@ class Endpoint:
                             async for _ in events:
                                 pass
                     if not counted and so_far.completion_tokens is not None:
-                        piece = _usage_of(so_far)  # a server that sent it on its last piece
+                        piece = usage = _usage_of(so_far)  # a server that sent it on its last
                         if observer is not None:
                             observer.piece(self, request, piece)
                         yield piece
@@ -351,9 +379,34 @@ class Endpoint:
                     raise StreamInterrupted(self.role, received, exc) from exc
                 finally:
                     await response.close()
+        except (GeneratorExit, asyncio.CancelledError):
+            raise  # closed by the caller: not completed, not failed
+        except BaseException as failed:
+            failure = failed
+            raise
         finally:
+            if span is not None:
+                if usage.completion_tokens is None:
+                    usage = so_far  # closed before its final usage: the count so far
+                tracing.finish(
+                    span, _completion_attributes(completed, finish_reason, usage), failure
+                )
             if observer is not None:
                 await observer.closed(self, request, completed)
+
+    def _completion_span(self, request: CompletionRequest) -> tracing.Span | None:
+        """The span of a completion `request` (None when not tracing)."""
+        if tracing.tracer() is None:
+            return None
+        attributes = {
+            **self._span_attributes(self._api_path + "/completions"),
+            "gen_ai.operation.name": "text_completion",
+            "gen_ai.request.max_tokens": request.max_tokens,
+            "relay.request.purpose": tracing.purpose(),
+            "relay.request.id": request.headers.get("X-Request-Id", ""),
+            "relay.prompt.kind": "text" if isinstance(request.prompt, str) else "token_ids",
+        }
+        return tracing.start(f"text_completion {self.config.model}", attributes, client=True)
 
     def _overflows(self, request: CompletionRequest) -> bool:
         """Whether `request` has more stop strings than the server takes."""
@@ -443,15 +496,16 @@ class Endpoint:
             raise
 
     async def _open(
-        self, request: CompletionRequest, prompt: str | list[int]
+        self, request: CompletionRequest, prompt: str | list[int], headers: Mapping[str, str]
     ) -> tuple[HttpResponse, AsyncIterator[bytes], StreamPiece | None]:
         """Open the stream of `request` with `prompt` (its text, or its :class:`TokenPrompt`
-        as ids) and read its first piece (what a retry may repeat): the response, its events
-        (:func:`_event_piece` reads each) and that piece."""
+        as ids) and `headers` (the request's, its trace context), and read its first piece
+        (what a retry may repeat): the response, its events (:func:`_event_piece` reads each)
+        and that piece."""
         body = self.completion_body(request, prompt)
         try:
             response = await self._http.request(
-                "POST", self._api_path + "/completions", body, request.headers, expect="events"
+                "POST", self._api_path + "/completions", body, headers, expect="events"
             )
         except openai.BadRequestError as refused:
             limit = _stop_limit(refused)
@@ -465,7 +519,7 @@ class Endpoint:
                 self.config.base_url,
                 limit,
             )
-            return await self._open(request, prompt)
+            return await self._open(request, prompt, headers)
         events = response.events()
         try:
             first, ended = None, False
@@ -687,6 +741,19 @@ def _tokens_only(piece: StreamPiece) -> StreamPiece:
         token_ids=piece.token_ids,
         tail_ids=piece.tail_ids,
     )
+
+
+def _completion_attributes(
+    completed: bool, finish_reason: str | None, usage: StreamPiece
+) -> dict[str, Any]:
+    """What a completion's span says at its end: whether it was read to its end, how the
+    server ended it, the server's token counts (the last known, for one closed early)."""
+    return {
+        "relay.request.completed": completed,
+        "gen_ai.response.finish_reasons": [finish_reason] if finish_reason else None,
+        "gen_ai.usage.input_tokens": usage.prompt_tokens,
+        "gen_ai.usage.output_tokens": usage.completion_tokens,
+    }
 
 
 def _usage_of(piece: StreamPiece) -> StreamPiece:

@@ -1,0 +1,154 @@
+"""OpenTelemetry spans of the relay's work, when the application has set a tracer provider.
+
+Nothing here imports OpenTelemetry: spans are made only when the application has imported
+``opentelemetry.trace`` and set a real tracer provider (``trace.set_tracer_provider``, or an
+auto-instrumentation agent); otherwise every function returns at once and the relay pays one
+dictionary lookup a request. With a provider set::
+
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    # every generation now makes a "chat <model>" span, a span a segment beneath it, and a
+    # CLIENT span a request to vLLM beneath those, whose W3C traceparent header goes with
+    # the request (vLLM started with --otlp-traces-endpoint hangs its own spans under it)
+
+Attribute names follow OpenTelemetry's GenAI semantic conventions where they have one
+(``gen_ai.operation.name``, ``gen_ai.request.model``, ``gen_ai.usage.input_tokens``, ...) and
+``relay.*`` for the rest. No prompt or text is recorded, and no header value: a span carries
+no user data and no secret.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span as Span
+    from opentelemetry.trace import Tracer
+
+Purpose = Literal[
+    "completion", "resume", "first_request", "speculative_handoff", "warm_up", "check"
+]
+"""Why a completion was sent (``relay.request.purpose``): a turn's request, one that goes
+on from a broken stream, the large model's first request (sent before the small model's
+prompt was rendered), a hand-off's request opened ahead of its confirming token, a small
+model's prompt sent to warm its server's cache, a server check."""
+
+AttributeValue = str | bool | int | float | Sequence[str]
+
+SCOPE = "relay_integrations"
+"""The instrumentation scope of every span the relay makes."""
+
+_purpose: ContextVar[Purpose] = ContextVar("relay_request_purpose", default="completion")
+_cached: tuple[object, Tracer] | None = None
+
+
+def tracer() -> Tracer | None:
+    """The tracer of the application's provider, or None when no provider is set (nothing
+    imported, nothing made)."""
+    global _cached
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return None
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+        return None
+    if _cached is None or _cached[0] is not provider:
+        from .. import __version__
+
+        _cached = (provider, provider.get_tracer(SCOPE, __version__))
+    return _cached[1]
+
+
+def start(
+    name: str,
+    attributes: Mapping[str, AttributeValue],
+    *,
+    client: bool = False,
+    parent: Span | None = None,
+) -> Span | None:
+    """A span started now (None when not tracing): a child of `parent`, else of the current
+    context's span; `client`: a request to a server (SpanKind.CLIENT)."""
+    traced = tracer()
+    if traced is None:
+        return None
+    from opentelemetry import trace
+
+    kind = trace.SpanKind.CLIENT if client else trace.SpanKind.INTERNAL
+    context = trace.set_span_in_context(parent) if parent is not None else None
+    return traced.start_span(name, context, kind, attributes=dict(attributes))
+
+
+def finish(
+    span: Span | None,
+    attributes: Mapping[str, AttributeValue | None] = {},
+    failure: BaseException | None = None,
+) -> None:
+    """End `span` with `attributes` (None values left out) and, on `failure`, its exception
+    and an error status."""
+    if span is None:
+        return
+    span.set_attributes({key: value for key, value in attributes.items() if value is not None})
+    if failure is not None:
+        from opentelemetry.trace import Status, StatusCode
+
+        span.record_exception(failure)
+        span.set_status(Status(StatusCode.ERROR, type(failure).__name__))
+    span.end()
+
+
+def traceparent(span: Span | None) -> dict[str, str]:
+    """The W3C trace context headers (``traceparent``) that make `span` the parent of the
+    server's own spans; empty when not tracing."""
+    if span is None:
+        return {}
+    from opentelemetry import trace
+    from opentelemetry.propagate import inject
+
+    carrier: dict[str, str] = {}
+    inject(carrier, trace.set_span_in_context(span))
+    return carrier
+
+
+@contextmanager
+def current(span: Span | None, purpose: Purpose | None = None) -> Iterator[None]:
+    """`span` as the current span (the parent of the requests started meanwhile) and
+    `purpose` as theirs, for a stretch of code that starts requests: the first step of a
+    stream, the creation of a task that opens one. Not held across a ``yield``."""
+    if span is None:  # not tracing
+        yield
+        return
+    from opentelemetry import context, trace
+
+    token = _purpose.set(purpose) if purpose is not None else None
+    attached = context.attach(trace.set_span_in_context(span))
+    try:
+        yield
+    finally:
+        context.detach(attached)
+        if token is not None:
+            _purpose.reset(token)
+
+
+def purpose() -> Purpose:
+    """Why the completion being started is sent (:func:`current` sets it)."""
+    return _purpose.get()
+
+
+def server_attributes(base_url: str) -> dict[str, Any]:
+    """``server.address`` and ``server.port`` of `base_url` (no user, password or path)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base_url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return {"server.address": parts.hostname or "", "server.port": port}
