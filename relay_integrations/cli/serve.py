@@ -125,6 +125,11 @@ def add_parser(commands: Any) -> None:
         help="seconds one upstream check answers every /health and /readyz probe (default: 1)",
     )
     parser.add_argument(
+        "--otlp-endpoint",
+        help="OTLP/HTTP collector's base URL to export traces to, e.g. http://localhost:4318 "
+        "(default: none, or where the OTEL_EXPORTER_OTLP_* variables say)",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         help="processes sharing the port, each with its own --max-concurrent-generations "
@@ -174,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
         "sse_keepalive",
         "health_timeout",
         "health_cache_seconds",
+        "otlp_endpoint",
         "workers",
         "log_format",
         "log_level",

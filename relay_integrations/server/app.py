@@ -47,6 +47,7 @@ from .responses import ChatCompletionsWire, ResponseShaper
 from .responses_output import ResponsesWire
 from .responses_request import ResponsesRequest
 from .settings import ServerSettings
+from .tracing import TracingMiddleware, start_export
 
 REQUEST_ID_HEADER = "x-request-id"
 CUT_AHEAD = 0.5
@@ -129,6 +130,9 @@ class RelayServer:
             lifespan=self._lifespan,
         )
         app.add_middleware(RequestContext, server=self)
+        app.add_middleware(
+            TracingMiddleware, routes=frozenset(ROUTES)
+        )  # outermost: the whole request
         return app
 
     def begin_draining(self) -> None:
@@ -146,6 +150,7 @@ class RelayServer:
     @asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         self._loop = asyncio.get_running_loop()
+        stop_export = start_export(self.settings.otlp_endpoint)  # this worker process's
         self._switcher = RelaySwitcher(self.config, cues=self.cues, request_hook=self.request_hook)
         log.info(
             "relay server started",
@@ -165,6 +170,8 @@ class RelayServer:
             watch.cancel()
             await self._switcher.aclose()
             self._switcher = None
+            if stop_export is not None:
+                await asyncio.to_thread(stop_export)  # the last spans sent
 
     def connection_limited(self, limit: Limit) -> None:
         """A client connection closed by a limit (:mod:`.connection`): logged, counted."""

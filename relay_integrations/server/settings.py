@@ -120,6 +120,13 @@ class ServerSettings(BaseModel):
         description="Seconds an upstream check answers every /health (/readyz) probe: probes "
         "from several sources (Kubernetes, load balancers) cost one check a second",
     )
+    otlp_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP collector to export traces to (its base URL: spans go to its "
+        "/v1/traces), e.g. http://localhost:4318 for Jaeger or Tempo; the OTEL_EXPORTER_OTLP_* "
+        "variables are read too. Each request's span continues the client's traceparent, the "
+        "generation's spans beneath it (needs the otlp extra)",
+    )
     workers: int = Field(
         default=1,
         ge=1,

@@ -221,7 +221,8 @@ class Endpoint:
         except ServerDown as down:
             return f"unreachable: {down.message}"
         try:
-            await self._json("GET", self._api_path + "/models")
+            with tracing.suppressed():  # a probe every few seconds: no trace of its own
+                await self._json("GET", self._api_path + "/models")
         except openai.APIError as failed:
             reason = public_reason(failed, self.config)
             self.availability.record(failed, reason, trial=trial)

@@ -33,6 +33,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
     from opentelemetry.trace import Span as Span
     from opentelemetry.trace import Tracer
 
@@ -50,15 +51,16 @@ SCOPE = "relay_integrations"
 """The instrumentation scope of every span the relay makes."""
 
 _purpose: ContextVar[Purpose] = ContextVar("relay_request_purpose", default="completion")
+_suppressed: ContextVar[bool] = ContextVar("relay_spans_suppressed", default=False)
 _cached: tuple[object, Tracer] | None = None
 
 
 def tracer() -> Tracer | None:
     """The tracer of the application's provider, or None when no provider is set (nothing
-    imported, nothing made)."""
+    imported, nothing made) or spans are :func:`suppressed` here."""
     global _cached
     trace = sys.modules.get("opentelemetry.trace")
-    if trace is None:
+    if trace is None or _suppressed.get():
         return None
     provider = trace.get_tracer_provider()
     if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
@@ -76,16 +78,22 @@ def start(
     *,
     client: bool = False,
     parent: Span | None = None,
+    server: Context | None = None,
 ) -> Span | None:
     """A span started now (None when not tracing): a child of `parent`, else of the current
-    context's span; `client`: a request to a server (SpanKind.CLIENT)."""
+    context's span; `client`: a request to a server (SpanKind.CLIENT); `server`: a request
+    served, in the trace context its client sent (SpanKind.SERVER)."""
     traced = tracer()
     if traced is None:
         return None
     from opentelemetry import trace
 
-    kind = trace.SpanKind.CLIENT if client else trace.SpanKind.INTERNAL
-    context = trace.set_span_in_context(parent) if parent is not None else None
+    context: Context | None = server
+    if server is not None:
+        kind = trace.SpanKind.SERVER
+    else:
+        kind = trace.SpanKind.CLIENT if client else trace.SpanKind.INTERNAL
+        context = trace.set_span_in_context(parent) if parent is not None else None
     return traced.start_span(name, context, kind, attributes=dict(attributes))
 
 
@@ -93,17 +101,20 @@ def finish(
     span: Span | None,
     attributes: Mapping[str, AttributeValue | None] = {},
     failure: BaseException | None = None,
+    error: str | None = None,
 ) -> None:
-    """End `span` with `attributes` (None values left out) and, on `failure`, its exception
-    and an error status."""
+    """End `span` with `attributes` (None values left out) and an error status: on
+    `failure` (its exception recorded too) or `error` (what went wrong, no exception)."""
     if span is None:
         return
     span.set_attributes({key: value for key, value in attributes.items() if value is not None})
-    if failure is not None:
+    if failure is not None or error is not None:
         from opentelemetry.trace import Status, StatusCode
 
-        span.record_exception(failure)
-        span.set_status(Status(StatusCode.ERROR, type(failure).__name__))
+        if failure is not None:
+            span.record_exception(failure)
+            error = type(failure).__name__
+        span.set_status(Status(StatusCode.ERROR, error))
     span.end()
 
 
@@ -138,6 +149,17 @@ def current(span: Span | None, purpose: Purpose | None = None) -> Iterator[None]
         context.detach(attached)
         if token is not None:
             _purpose.reset(token)
+
+
+@contextmanager
+def suppressed() -> Iterator[None]:
+    """No span made meanwhile: health probes, which would make a root span each every few
+    seconds."""
+    token = _suppressed.set(True)
+    try:
+        yield
+    finally:
+        _suppressed.reset(token)
 
 
 def purpose() -> Purpose:

@@ -8,17 +8,14 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 from llama_index.core.base.llms.types import ChatMessage
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from opentelemetry.util._once import Once
 
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
@@ -29,21 +26,6 @@ from tests.component.test_outages_scripted import pair_config
 from tests.component.test_switcher_scripted import MESSAGES, TRACE
 from tests.fakes.capable_model import relay_fields
 from tests.fakes.relay_config import make_config
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """A tracer provider set for the test (and unset after it: the API sets one a process,
-    the SDK's own tests reset it the same way)."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace._TRACER_PROVIDER_SET_ONCE = Once()
-    trace.set_tracer_provider(provider)
-    yield exporter
-    provider.shutdown()
-    trace._TRACER_PROVIDER_SET_ONCE = Once()
-    trace._TRACER_PROVIDER = None
 
 
 def children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
