@@ -38,6 +38,7 @@ from ._budget import Budget
 from ._prompts import Prompts
 from ._recovery import Recovery
 from ._requests import TurnRequests
+from ._spans import segment_attributes, segment_span
 from ._speculative_handoff import HandoffSlot, SpeculativeHandoff
 from ._tally import Tally
 from ._turns import WRITE_ON, MethodTurns, RequestEnd, Turn, TurnDecision, Upcoming
@@ -163,7 +164,8 @@ class Generation:
         start, began = len(self.transcript), time.perf_counter()
         usage = ModelUsage()  # this turn's; its tokens count against the turn's cap
         decision = TurnDecision("failed")
-        self._segment_span = self._start_segment_span(role, phase)
+        model = self.config.endpoint(role).model
+        self._segment_span = segment_span(self.span, model, role, phase, len(self.segments))
         try:
             async for item in self._requests(role, turn, usage):
                 if isinstance(item, TurnDecision):
@@ -186,21 +188,8 @@ class Generation:
                 seconds=time.perf_counter() - began,
             )
             self.segments.append(segment)
-            tracing.finish(self._segment_span, _segment_attributes(segment))
+            tracing.finish(self._segment_span, segment_attributes(segment))
         yield SegmentDone(segment)
-
-    def _start_segment_span(self, role: ModelRole, phase: Phase) -> tracing.Span | None:
-        """The span of a segment `role` writes now in `phase` (None when not tracing)."""
-        if self.span is None:
-            return None
-        model = self.config.endpoint(role).model
-        attributes = {
-            "relay.segment.model": role,
-            "relay.segment.phase": phase,
-            "relay.segment.index": len(self.segments),
-            "gen_ai.request.model": model,
-        }
-        return tracing.start(f"relay.segment {role}", attributes, parent=self.span)
 
     async def _requests(
         self, role: ModelRole, turn: Turn, usage: ModelUsage
@@ -473,15 +462,3 @@ def _stopped_in(text: str, stops: Sequence[str]) -> tuple[str | None, str | None
     if not found:
         return None, None
     return "stop", min(found)[1]
-
-
-def _segment_attributes(segment: Segment) -> dict[str, tracing.AttributeValue | None]:
-    """What a segment's span says at its end (no text)."""
-    return {
-        "relay.segment.ended_by": segment.ended_by,
-        "relay.segment.cue": segment.cue,
-        "relay.segment.seconds": round(segment.seconds, 6),
-        "relay.segment.requests": segment.usage.requests,
-        "gen_ai.usage.input_tokens": segment.usage.prompt_tokens,
-        "gen_ai.usage.output_tokens": segment.usage.completion_tokens,
-    }

@@ -37,6 +37,7 @@ from ..upstream.rendering import (
     TokenRenderer,
 )
 from ._generation import Generation
+from ._spans import generation_attributes, generation_span
 from ._turns import MethodTurns, Turn
 from .closing import AsyncClosing
 from .config import CONTEXT_MARGIN, RelayConfig, RequestHook
@@ -141,7 +142,7 @@ class RelaySwitcher(AsyncClosing):
         tools = [dict(tool) for tool in request.tools] or None
         chat = ChatInput(list(request.messages), tools, dict(request.chat_template_kwargs))
         started = time.perf_counter()
-        span = self._generation_span(request)
+        span = generation_span(self.config, request)
         failed: BaseException | None = None
         result: RelayResult | None = None
         closed = False
@@ -195,25 +196,8 @@ class RelaySwitcher(AsyncClosing):
             await _settled(small)  # done by now, unless the caller left while it rendered
             await run.aclose()
             if span is not None:
-                attributes = _generation_attributes(result or run.result("error"))
+                attributes = generation_attributes(request, result or run.result("error"))
                 tracing.finish(span, {**attributes, "relay.closed_early": closed}, failed)
-
-    def _generation_span(self, request: RelayRequest) -> tracing.Span | None:
-        """The span of a generation (None when not tracing)."""
-        if tracing.tracer() is None:
-            return None
-        large, small = self.config.large.model, self.config.small.model
-        attributes: dict[str, tracing.AttributeValue] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.request.model": large,
-            "relay.small.model": small,
-        }
-        if request.generation_id is not None:
-            attributes["relay.generation.id"] = request.generation_id
-        sampling = request.sampling or self.config.sampling
-        if sampling.max_tokens is not None:
-            attributes["gen_ai.request.max_tokens"] = sampling.max_tokens
-        return tracing.start(f"chat {large}", attributes)
 
     async def _admit_small(
         self,
@@ -339,26 +323,3 @@ def _overflow(
     if any(counts[r] + CONTEXT_MARGIN >= windows[r] for r in counts):
         return ContextOverflowError(counts, windows)
     return None
-
-
-def _generation_attributes(result: RelayResult) -> dict[str, tracing.AttributeValue | None]:
-    """What a generation's span says at its end (no text)."""
-    stats = result.stats
-    usage = result.usage.values()
-    attributes: dict[str, tracing.AttributeValue | None] = {
-        "relay.generation.id": result.generation_id,
-        "gen_ai.response.finish_reasons": [result.finish_reason],
-        "gen_ai.usage.input_tokens": sum(u.prompt_tokens for u in usage),
-        "gen_ai.usage.output_tokens": sum(u.completion_tokens for u in usage),
-        "relay.large_share": round(stats.large_share, 4),
-        "relay.switches": stats.switches,
-        "relay.resumes": stats.resumes,
-        "relay.segments": len(result.segments),
-        "relay.speculative_handoffs": stats.speculative_handoffs,
-        "relay.speculative_misses": stats.speculative_misses,
-        "relay.degraded": stats.degraded,
-    }
-    for role, counted in result.usage.items():
-        attributes[f"relay.usage.{role}.input_tokens"] = counted.prompt_tokens
-        attributes[f"relay.usage.{role}.output_tokens"] = counted.completion_tokens
-    return attributes

@@ -20,12 +20,15 @@ dictionary lookup a request. With a provider set::
 
 Attribute names follow OpenTelemetry's GenAI semantic conventions where they have one
 (``gen_ai.operation.name``, ``gen_ai.request.model``, ``gen_ai.usage.input_tokens``, ...) and
-``relay.*`` for the rest. No prompt or text is recorded, and no header value: a span carries
-no user data and no secret.
+``relay.*`` for the rest. No header value is recorded, and no prompt or text unless the
+conventions' opt-in asks for it (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``:
+the generation's ``gen_ai.input.messages`` and ``gen_ai.output.messages``, each segment's
+``relay.segment.text``): by default a span carries no user data and no secret.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -160,6 +163,15 @@ def suppressed() -> Iterator[None]:
         yield
     finally:
         _suppressed.reset(token)
+
+
+CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The GenAI conventions' opt-in: ``true`` records the messages and the text in the spans."""
+
+
+def captures_content() -> bool:
+    """Whether the spans may record prompts and text (:data:`CAPTURE_CONTENT` is ``true``)."""
+    return os.environ.get(CAPTURE_CONTENT, "").strip().lower() == "true"
 
 
 def purpose() -> Purpose:

@@ -6,11 +6,13 @@ imported when no tracer provider is set."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from llama_index.core.base.llms.types import ChatMessage
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
@@ -19,11 +21,19 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
-from relay_integrations.relay import RelayResult, RelaySwitcher
+from relay_integrations.relay import (
+    EndpointConfig,
+    EndpointError,
+    RelayConfig,
+    RelayResult,
+    RelaySwitcher,
+)
+from relay_integrations.relay._spans import input_messages
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
 from relay_integrations.upstream import tracing
 from tests.component.test_outages_scripted import pair_config
 from tests.component.test_switcher_scripted import MESSAGES, TRACE
+from tests.fakes.canary import CANARY
 from tests.fakes.capable_model import relay_fields
 from tests.fakes.relay_config import make_config
 
@@ -34,6 +44,10 @@ def children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSp
 
 def attrs(span: ReadableSpan) -> dict[str, Any]:
     return dict(span.attributes or {})
+
+
+def finished(spans: InMemorySpanExporter) -> list[ReadableSpan]:
+    return list(spans.get_finished_spans())
 
 
 def span_id(span: ReadableSpan) -> int:
@@ -217,3 +231,92 @@ async def test_the_adapters_calls_hang_under_the_callers_span(
     roots = [s for s in spans.get_finished_spans() if s.name == "chat large"]
     assert {r.parent.span_id for r in roots if r.parent is not None} == callers
     assert len(roots) == 4
+
+
+async def test_text_is_recorded_only_when_asked(
+    spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GenAI conventions' opt-in: by default no span holds the prompt or the text; with
+    OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true the generation's span holds the
+    messages in the conventions' shape and each segment's span its text."""
+    result = await generate(ScriptedModel("large", TRACE), ScriptedModel("small", TRACE))
+    assert not any("2 + 2" in s.to_json() or "sum is 4" in s.to_json() for s in finished(spans))
+    spans.clear()
+    monkeypatch.setenv(tracing.CAPTURE_CONTENT, "true")
+    result = await generate(ScriptedModel("large", TRACE), ScriptedModel("small", TRACE))
+    (root,) = [s for s in finished(spans) if s.parent is None]
+    assert json.loads(attrs(root)["gen_ai.input.messages"]) == [
+        {"role": "user", "parts": [{"type": "text", "content": "What is 2 + 2?"}]}
+    ]
+    (output,) = json.loads(attrs(root)["gen_ai.output.messages"])
+    assert output == {
+        "role": "assistant",
+        "parts": [
+            {"type": "reasoning", "content": result.reasoning},
+            {"type": "text", "content": result.answer},
+        ],
+        "finish_reason": "stop",
+    }
+    segments = sorted(
+        (s for s in finished(spans) if s.name.startswith("relay.segment")),
+        key=lambda s: int(attrs(s)["relay.segment.index"]),
+    )
+    assert [attrs(s)["relay.segment.text"] for s in segments] == [s.text for s in result.segments]
+
+
+def test_messages_in_the_conventions_shape() -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Weather?"}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
+    assert input_messages(messages) == [
+        {"role": "system", "parts": [{"type": "text", "content": "Be brief."}]},
+        {"role": "user", "parts": [{"type": "text", "content": "Weather?"}]},
+        {
+            "role": "assistant",
+            "parts": [
+                {
+                    "type": "tool_call",
+                    "id": "c1",
+                    "name": "weather",
+                    "arguments": '{"city": "Oslo"}',
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "parts": [{"type": "tool_call_response", "id": "c1", "response": "sunny"}],
+        },
+    ]
+
+
+async def test_no_secret_in_any_span(spans: InMemorySpanExporter) -> None:
+    """The canary as both models' key, a header and a proxy's password, and a request that
+    fails: the spans (exceptions recorded in them included) never show it (the fixture
+    checks every span at the test's end)."""
+    large, small = ScriptedModel("large", TRACE), ScriptedModel("small", TRACE)
+    async with ScriptedVLLM(large, small) as server:
+        secret = {"api_key": CANARY, "extra_headers": {"X-Secret": CANARY}, "max_retries": 0}
+        config = RelayConfig(
+            large=EndpointConfig(base_url=server.base_url, model="large", **secret),
+            small=EndpointConfig(base_url=server.base_url, model="small", **secret),
+            cues=["Therefore,", "Now"],
+        )
+        async with RelaySwitcher(config) as relay:
+            assert (await relay.generate(MESSAGES)).text == TRACE
+        large.faults.append(Fault(status=500))
+        proxy = f"http://user:{CANARY}@127.0.0.1:9"  # nothing listens there: it fails
+        failing = EndpointConfig(base_url=server.base_url, model="large", proxy=proxy, **secret)
+        proxied = config.model_copy(update={"large": failing})
+        async with RelaySwitcher(proxied) as relay:
+            with pytest.raises(EndpointError):
+                await relay.generate(MESSAGES)
+    assert any(s.status.status_code is StatusCode.ERROR for s in finished(spans))

@@ -16,6 +16,7 @@ from opentelemetry.trace import SpanKind
 from relay_integrations.server import RelayServer
 from relay_integrations.server.tracing import start_export
 from relay_integrations.testing.scripted_vllm import ScriptedVLLM
+from tests.fakes.canary import CANARY
 from tests.fakes.capable_model import capable_relay_config
 from tests.fakes.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.fakes.ports import free_port
@@ -99,6 +100,7 @@ def test_relaygen_serve_exports_its_spans_to_the_collector(server: ScriptedVLLM)
                 )
 
             received = collector.wait_for(whole)
+    assert CANARY not in repr(received)  # the process runs with the canary key and header
     ours = [s for s in received if s.trace_id == TRACE_ID]
     (request,) = [s for s in ours if s.name == "POST /v1/chat/completions"]
     (generation,) = [s for s in ours if s.name == "chat large"]

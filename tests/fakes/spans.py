@@ -1,4 +1,6 @@
-"""A tracer provider for one test, its spans kept by the SDK's in-memory exporter::
+"""A tracer provider for one test, its spans kept by the SDK's in-memory exporter; at the
+test's end no span (name, attributes, events: a recorded exception's message and stack
+included) may hold the canary secret (:mod:`tests.fakes.canary`)::
 
 from tests.fakes.spans import spans  # the fixture
 
@@ -18,6 +20,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util._once import Once
 
+from tests.fakes.canary import CANARY
+
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
@@ -28,7 +32,12 @@ def spans() -> Iterator[InMemorySpanExporter]:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace._TRACER_PROVIDER_SET_ONCE = Once()
     trace.set_tracer_provider(provider)
-    yield exporter
-    provider.shutdown()
-    trace._TRACER_PROVIDER_SET_ONCE = Once()
-    trace._TRACER_PROVIDER = None
+    try:
+        yield exporter
+        for span in exporter.get_finished_spans():
+            shown = span.to_json()  # name, attributes, events, status, resource
+            assert CANARY not in shown, f"span {span.name!r} shows the canary secret: {shown}"
+    finally:
+        provider.shutdown()
+        trace._TRACER_PROVIDER_SET_ONCE = Once()
+        trace._TRACER_PROVIDER = None
