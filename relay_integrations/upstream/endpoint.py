@@ -269,7 +269,9 @@ class Endpoint:
         return ids
 
     async def _json(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
-        span = tracing.start(f"{method} {path}", self._span_attributes(path), client=True)
+        span = None
+        if tracing.tracer() is not None:
+            span = tracing.start(f"{method} {path}", self._span_attributes(path), client=True)
         failure: BaseException | None = None
         try:
             async with self._slots:

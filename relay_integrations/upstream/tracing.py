@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -184,5 +184,7 @@ def server_attributes(base_url: str) -> dict[str, Any]:
     from urllib.parse import urlsplit
 
     parts = urlsplit(base_url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return {"server.address": parts.hostname or "", "server.port": port}
+    attributes: dict[str, Any] = {"server.address": parts.hostname or ""}
+    with suppress(ValueError):  # a port out of range: the request itself fails and says so
+        attributes["server.port"] = parts.port or (443 if parts.scheme == "https" else 80)
+    return attributes

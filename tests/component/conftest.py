@@ -19,7 +19,7 @@ from tests.fakes.canary import (  # noqa: F401  (autouse: every test carries the
 )
 from tests.fakes.capable_model import capable_server
 from tests.fakes.loop_stalls import loop_monitor, no_loop_stalls  # noqa: F401  (autouse)
-from tests.fakes.spans import spans  # noqa: F401  (a tracer provider for the tests that ask)
+from tests.fakes.spans import spans, traced  # noqa: F401  (a tracer provider, on request)
 from tests.fakes.unclosed import (  # noqa: F401  (autouse)
     no_module_dropped_unclosed,
     nothing_dropped_unclosed,

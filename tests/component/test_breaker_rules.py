@@ -521,10 +521,15 @@ def no_proxies(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     ],
 )
 async def test_a_failure_that_is_not_an_outage_is_named_and_opens_nothing(
-    kind: str, call: Any, certificates: dict[str, Path], no_proxies: pytest.MonkeyPatch
+    kind: str,
+    call: Any,
+    certificates: dict[str, Path],
+    no_proxies: pytest.MonkeyPatch,
+    traced: bool,
 ) -> None:
     """Before, each read "cannot reach ... Check that the server is up", was retried, and
-    opened the breaker."""
+    opened the breaker. The same with a tracer provider set (a span's attributes come from
+    the URL: a port out of range must fail the request, not the tracing)."""
     async with misfit_server(kind, certificates) as case:
         fields = {"failures_to_open": 1, "max_retries": 2}
         if "proxy" in case:

@@ -250,7 +250,8 @@ NAMED: dict[str, tuple[list[AnswerPlan], int]] = {
 
 
 @pytest.mark.parametrize("case", list(NAMED))
-def test_named_hostile_answers(case: str) -> None:
+def test_named_hostile_answers(case: str, traced: bool) -> None:
+    """Each named answer, without and with a tracer provider (the outcome is the same)."""
     check_stream(*NAMED[case])
 
 

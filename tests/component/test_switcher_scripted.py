@@ -39,7 +39,7 @@ async def collect(switcher: RelaySwitcher, **options: object):
     return events, done.result
 
 
-async def test_segments_follow_the_method_and_text_is_the_trace() -> None:
+async def test_segments_follow_the_method_and_text_is_the_trace(traced: bool) -> None:
     large, small = ScriptedModel("large", TRACE), ScriptedModel("small", TRACE)
     async with ScriptedVLLM(large, small) as server, RelaySwitcher(make_config(server)) as relay:
         events, result = await collect(relay)

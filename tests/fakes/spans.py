@@ -41,3 +41,12 @@ def spans() -> Iterator[InMemorySpanExporter]:
         provider.shutdown()
         trace._TRACER_PROVIDER_SET_ONCE = Once()
         trace._TRACER_PROVIDER = None
+
+
+@pytest.fixture(params=[False, True], ids=["untraced", "traced"])
+def traced(request: pytest.FixtureRequest) -> bool:
+    """The test twice: without a tracer provider, and with one (:func:`spans`): what the
+    relay does must not depend on whether it is traced."""
+    if request.param:
+        request.getfixturevalue("spans")
+    return bool(request.param)
