@@ -188,7 +188,8 @@ class Generation:
                 seconds=time.perf_counter() - began,
             )
             self.segments.append(segment)
-            tracing.finish(self._segment_span, segment_attributes(segment))
+            if self._segment_span is not None:
+                tracing.finish(self._segment_span, segment_attributes(segment))
         yield SegmentDone(segment)
 
     async def _requests(
