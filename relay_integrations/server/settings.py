@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from ..relay.config import EnvironmentVariables
 
@@ -135,6 +136,31 @@ class ServerSettings(BaseModel):
     )
     log_format: Literal["json", "text"] = "json"
     log_level: str = "info"
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _collector_url(cls, value: str | None) -> str | None:
+        """An http(s) URL with a host and no user or password (a collector's key goes in
+        ``OTEL_EXPORTER_OTLP_HEADERS``); the error never shows the value."""
+        if value is None:
+            return None
+        try:
+            parts = urlsplit(value)
+            scheme, host = parts.scheme, parts.hostname
+            credentials = parts.username or parts.password
+        except ValueError:  # e.g. an unclosed IPv6 bracket
+            scheme, host, credentials = "", None, None
+        if scheme not in ("http", "https") or not host:
+            raise ValueError(
+                "give the OTLP/HTTP collector's base URL, e.g. http://localhost:4318 "
+                "(spans go to its /v1/traces)"
+            )
+        if credentials:
+            raise ValueError(
+                "the collector's URL holds a user or password, which logs would show: give "
+                "its key in OTEL_EXPORTER_OTLP_HEADERS instead"
+            )
+        return value
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ServerSettings:

@@ -154,3 +154,19 @@ def test_the_stop_bounds_are_configurable_and_name_stop() -> None:
             ChatCompletionRequest.of({**body, "stop": stop}, settings)
         assert refused.value.status == 400 and refused.value.param == "stop"
     assert ServerSettings().max_stop_strings == 4  # OpenAI's
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("localhost:4318", "base URL"),
+        ("grpc://collector:4317", "base URL"),
+        ("http://", "base URL"),
+        (f"https://user:{SECRET}@collector:4318", "OTEL_EXPORTER_OTLP_HEADERS"),
+    ],
+)
+def test_a_collector_url_that_cannot_be_used_is_refused_with_the_fix(value: str, said: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        ServerSettings.from_env({"RELAY_SERVER_OTLP_ENDPOINT": value})
+    assert said in str(refused.value) and SECRET not in str(refused.value)
+    assert ServerSettings(otlp_endpoint="http://localhost:4318").otlp_endpoint
