@@ -153,7 +153,12 @@ class RelaySwitcher(AsyncClosing):
                 large = await self._prepare("large", chat)
         except BaseException as failure:
             await _settled(small)  # the large model's failure is the one to tell
-            tracing.finish(span, failure=failure)
+            cancelled = isinstance(failure, (GeneratorExit, asyncio.CancelledError))
+            tracing.finish(
+                span,
+                {"relay.closed_early": cancelled or None},
+                failure=None if cancelled else failure,
+            )
             if isinstance(failure, UpstreamFailure):
                 raise EndpointError(
                     "large", failure.detail, kind=failure.kind, reason=failure.reason

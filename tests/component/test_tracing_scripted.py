@@ -31,6 +31,8 @@ from relay_integrations.relay import (
 from relay_integrations.relay._spans import input_messages
 from relay_integrations.testing.scripted_vllm import Fault, ScriptedModel, ScriptedVLLM
 from relay_integrations.upstream import tracing
+from relay_integrations.upstream.endpoint import Endpoint
+from relay_integrations.upstream.rendering import ChatInput, RenderedIds, ServerChatTemplate
 from tests.component.test_outages_scripted import pair_config
 from tests.component.test_switcher_scripted import MESSAGES, TRACE
 from tests.fakes.canary import CANARY
@@ -320,3 +322,25 @@ async def test_no_secret_in_any_span(spans: InMemorySpanExporter) -> None:
             with pytest.raises(EndpointError):
                 await relay.generate(MESSAGES)
     assert any(s.status.status_code is StatusCode.ERROR for s in finished(spans))
+
+
+async def test_a_generation_cancelled_while_it_renders_is_closed_early_not_failed(
+    spans: InMemorySpanExporter,
+) -> None:
+    class SlowRender(ServerChatTemplate):
+        async def render_ids(self, endpoint: Endpoint, chat: ChatInput) -> RenderedIds:
+            await asyncio.sleep(30)
+            return await super().render_ids(endpoint, chat)
+
+    async with (
+        ScriptedVLLM(ScriptedModel("large", TRACE), ScriptedModel("small", TRACE)) as server,
+        RelaySwitcher(make_config(server), renderer=SlowRender()) as relay,
+    ):
+        generation = asyncio.create_task(relay.generate(MESSAGES))
+        await asyncio.sleep(0.2)
+        generation.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await generation
+    (root,) = [s for s in finished(spans) if s.parent is None]
+    assert attrs(root)["relay.closed_early"] is True
+    assert root.status.status_code is StatusCode.UNSET and not root.events
