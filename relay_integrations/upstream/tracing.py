@@ -69,10 +69,18 @@ def tracer() -> Tracer | None:
     if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
         return None
     if _cached is None or _cached[0] is not provider:
-        from .. import __version__
-
-        _cached = (provider, provider.get_tracer(SCOPE, __version__))
+        _cached = (provider, provider.get_tracer(SCOPE, _version()))
     return _cached[1]
+
+
+def _version() -> str | None:
+    """The installed package's version (the instrumentation scope's), if it is installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("relay-integrations")
+    except PackageNotFoundError:
+        return None
 
 
 def start(

@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from relay_integrations import __version__
 from relay_integrations.langchain import RelayChatModel
 from relay_integrations.llama_index import RelayLLM
 from relay_integrations.relay import (
@@ -78,6 +79,8 @@ async def test_a_generation_is_one_tree_of_segments_and_requests(
     assert {s.context.trace_id for s in finished if s.context} == {finished[-1].context.trace_id}
     (root,) = [s for s in finished if s.parent is None]
     assert root.name == "chat large" and root.kind is SpanKind.INTERNAL
+    scope = root.instrumentation_scope
+    assert scope is not None and (scope.name, scope.version) == ("relay_integrations", __version__)
     attributes = attrs(root)
     assert attributes["gen_ai.operation.name"] == "chat"
     assert attributes["gen_ai.request.model"] == "large"
