@@ -40,13 +40,11 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span as Span
     from opentelemetry.trace import Tracer
 
-Purpose = Literal[
-    "completion", "resume", "first_request", "speculative_handoff", "warm_up", "check"
-]
-"""Why a completion was sent (``relay.request.purpose``): a turn's request, one that goes
-on from a broken stream, the large model's first request (sent before the small model's
-prompt was rendered), a hand-off's request opened ahead of its confirming token, a small
-model's prompt sent to warm its server's cache, a server check."""
+Purpose = Literal["completion", "resume", "first_request", "speculative_handoff", "warm_up"]
+"""Why a completion was sent (``relay.request.purpose``): a turn's request (or any other,
+such as a server check's), one that goes on from a broken stream, the large model's first
+request (sent before the small model's prompt was rendered), a hand-off's request opened
+ahead of its confirming token, a small model's prompt sent to warm its server's cache."""
 
 AttributeValue = str | bool | int | float | Sequence[str]
 
